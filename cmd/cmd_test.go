@@ -1,0 +1,244 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// run executes labctl in-process with buffers, as a user's shell would.
+func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	io := &ui.IO{In: strings.NewReader(stdin), Out: &out, Err: &errb}
+	code = Run(context.Background(), io, args)
+	return code, out.String(), errb.String()
+}
+
+func TestVersionJSONHasEveryPin(t *testing.T) {
+	code, out, errOut := run(t, "", "version", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var got struct {
+		Version string            `json:"version"`
+		Pins    map[string]any    `json:"pins"`
+		Extra   map[string]string `json:"-"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("version -o json is not JSON: %v\n%s", err, out)
+	}
+	if got.Version != versions.Version {
+		t.Errorf("version = %q, want %q", got.Version, versions.Version)
+	}
+	for _, k := range []string{"kubernetes", "k3s", "certManager", "clusterAPIOperator", "clusterAPI", "capmox",
+		"ipamInCluster", "clusterAutoscaler", "cilium", "kubeVip", "ubuntuImage"} {
+		if v, ok := got.Pins[k]; !ok || v == "" {
+			t.Errorf("pins.%s missing from version -o json", k)
+		}
+	}
+	if got.Pins["certManager"] != "v1.21.2" || got.Pins["clusterAPIOperator"] != "v0.28.0" {
+		t.Errorf("owner's pins changed: cert-manager %v, operator %v", got.Pins["certManager"], got.Pins["clusterAPIOperator"])
+	}
+}
+
+func TestVersionText(t *testing.T) {
+	code, out, _ := run(t, "", "version")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	pins := versions.MustGet()
+	for _, want := range []string{"labctl " + versions.Version, "COMPONENT", "k3s", pins.K3s, "cilium", pins.Cilium, pins.UbuntuImage.URL} {
+		if !strings.Contains(out, want) {
+			t.Errorf("version output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Errorf("escape codes in piped output:\n%q", out)
+	}
+}
+
+func TestUnbuiltCommandsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"mgmt", "up"}, {"mgmt", "install"}, {"mgmt", "status"}, {"mgmt", "kubeconfig"}, {"mgmt", "down"},
+		{"image", "build"}, {"image", "list"},
+		{"cluster", "create", "lab1"}, {"cluster", "scale", "lab1"}, {"cluster", "delete", "lab1"},
+		{"cluster", "list"}, {"cluster", "describe", "lab1"}, {"cluster", "kubeconfig", "lab1"},
+		{"scale-test", "lab1"},
+	} {
+		code, out, errOut := run(t, "", args...)
+		if code != 2 || !strings.Contains(errOut, "not implemented yet") || out != "" {
+			t.Errorf("labctl %s: exit %d, stdout %q, stderr %q; want exit 2 and 'not implemented yet'", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+}
+
+func TestHelpTeaches(t *testing.T) {
+	root := NewRoot(&ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}})
+	for _, c := range allCommands(root) {
+		if c.Short == "" {
+			t.Errorf("%s has no short help", c.CommandPath())
+		}
+		code, out, _ := run(t, "", append(strings.Fields(c.CommandPath())[1:], "--help")...)
+		if code != 0 || !strings.Contains(out, "Usage:") {
+			t.Errorf("%s --help: exit %d\n%s", c.CommandPath(), code, out)
+		}
+		if c.Runnable() && c.Flags().Lookup("dry-run") == nil && changes(c.CommandPath()) {
+			t.Errorf("%s changes things but has no --dry-run", c.CommandPath())
+		}
+	}
+	_, out, _ := run(t, "", "--help")
+	for _, want := range []string{"--config", "--kubeconfig", "--verbose", "--no-color", "config init", "mgmt up"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("labctl --help lacks %q", want)
+		}
+	}
+}
+
+func allCommands(c *cobra.Command) []*cobra.Command {
+	all := []*cobra.Command{c}
+	for _, sub := range c.Commands() {
+		if sub.Name() == "help" || sub.Hidden {
+			continue
+		}
+		all = append(all, allCommands(sub)...)
+	}
+	return all
+}
+
+// changes reports whether a command path modifies anything.
+func changes(path string) bool {
+	return regexp.MustCompile(`mgmt (up|install|down)|image build|cluster (create|scale|delete)|scale-test|config init`).MatchString(path)
+}
+
+func TestUnknownOutputIsUsageError(t *testing.T) {
+	code, _, errOut := run(t, "", "version", "-o", "xml")
+	if code != 2 || !strings.Contains(errOut, "--output \"xml\": must be one of text, json, yaml") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = run(t, "", "version", "--bogus")
+	if code != 2 || !strings.Contains(errOut, "unknown flag: --bogus") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestConfigValidateExamples(t *testing.T) {
+	for _, f := range []string{"../examples/lab.yaml", "../examples/local-kvm.yaml"} {
+		code, out, errOut := run(t, "", "config", "validate", "-c", f)
+		if code != 0 || !strings.Contains(out, f+" is valid") {
+			t.Errorf("validate %s: exit %d\n%s%s", f, code, out, errOut)
+		}
+	}
+}
+
+func TestConfigValidateReportsEveryProblem(t *testing.T) {
+	data, err := os.ReadFile("../examples/lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(string(data), "max: 5", "max: -1", 1)
+	bad = strings.Replace(bad, "podCIDR: 10.244.0.0/16", "podCIDR: 192.168.0.0/16", 1)
+	path := filepath.Join(t.TempDir(), "lab.yaml")
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, "", "config", "validate", "-c", path)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, errOut)
+	}
+	for _, want := range []string{"2 problem(s)", "clusters[0].workers.max: must be >= workers.min (0), got -1",
+		"clusters[0].podCIDR: 192.168.0.0/16 overlaps the lab network 192.168.4.0/24", path + ":"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+}
+
+func TestConfigViewRoundTrip(t *testing.T) {
+	code, first, errOut := run(t, "", "config", "view", "-c", "../examples/lab.yaml")
+	if code != 0 {
+		t.Fatalf("view: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "source: ../examples/lab.yaml") {
+		t.Errorf("view does not say its source: %q", errOut)
+	}
+	if strings.Contains(first, "#") {
+		t.Errorf("view output carries comments; the source belongs on stderr")
+	}
+	code, out, errOut := run(t, first, "config", "validate", "-c", "-")
+	if code != 0 || !strings.Contains(out, "stdin is valid") {
+		t.Fatalf("validate of view output: exit %d\n%s%s", code, out, errOut)
+	}
+	code, second, _ := run(t, first, "config", "view", "-c", "-")
+	if code != 0 || second != first {
+		t.Fatalf("second round trip differs:\n--- first\n%s\n--- second\n%s", first, second)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(first), &doc); err != nil {
+		t.Fatalf("view output is not YAML: %v", err)
+	}
+	if !strings.Contains(first, "env: PVE_TOKEN_SECRET") {
+		t.Errorf("the secret reference is missing from view output")
+	}
+}
+
+func TestConfigViewBuiltInDefault(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("LABCTL_CONFIG", "")
+	code, out, errOut := run(t, "", "config", "view")
+	if code != 0 || !strings.Contains(errOut, "built-in local-kvm example") || !strings.Contains(out, "qemu:///system") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	// A file the user names must exist: no silent fallback.
+	code, _, errOut = run(t, "", "config", "view", "-c", "missing.yaml")
+	if code != 1 || !strings.Contains(errOut, "missing.yaml does not exist") || !strings.Contains(errOut, "config init") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	t.Setenv("LABCTL_CONFIG", "from-env.yaml")
+	code, _, errOut = run(t, "", "config", "view")
+	if code != 1 || !strings.Contains(errOut, "from-env.yaml does not exist") {
+		t.Fatalf("LABCTL_CONFIG ignored: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestConfigInit(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "lab.yaml")
+	code, _, errOut := run(t, "", "config", "init", "-c", path, "--dry-run")
+	if code != 0 || !strings.Contains(errOut, "would create") {
+		t.Fatalf("dry-run: exit %d %q", code, errOut)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Fatal("--dry-run wrote the file")
+	}
+	if code, _, errOut = run(t, "", "config", "init", "-c", path); code != 0 {
+		t.Fatalf("init: exit %d %s", code, errOut)
+	}
+	if code, out, errOut := run(t, "", "config", "validate", "-c", path); code != 0 {
+		t.Fatalf("the starter file does not validate: %s%s", out, errOut)
+	}
+	if err := os.WriteFile(path, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = run(t, "", "config", "init", "-c", path)
+	if data, _ := os.ReadFile(path); code != 1 || string(data) != "mine" || !strings.Contains(errOut, "--force") {
+		t.Fatalf("init overwrote without --force: exit %d, %q", code, errOut)
+	}
+	if code, _, _ = run(t, "", "config", "init", "-c", path, "--force"); code != 0 {
+		t.Fatalf("--force: exit %d", code)
+	}
+	if data, _ := os.ReadFile(path); !strings.Contains(string(data), "apiVersion: labctl.dev/v1alpha1") {
+		t.Fatal("--force did not write the starter")
+	}
+}

@@ -1,0 +1,50 @@
+package cmd
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	"github.com/labctl/labctl/internal/doctor"
+)
+
+func newDoctorCmd(g *Globals) *cobra.Command {
+	var out string
+	c := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check that labctl has what it needs here",
+		Long: `Check, without changing anything, that labctl can do its job from here:
+
+  config                the lab config loads and validates (and which file it was)
+  proxmox <name> ...    each Proxmox token secret reference resolves: the env
+                        variable is set, or the file exists, is readable and
+                        is not wider than mode 0600 (the secret is never shown)
+  ssh public key        the management VM's public key file exists
+  management cluster    the kubeconfig from --kubeconfig, else the one stored at
+                        $XDG_CONFIG_HOME/labctl/<lab>/mgmt.kubeconfig, reaches
+                        the API server (and its version)
+  cluster api           Cluster API's CRDs are installed and established
+  cluster-api-operator  the operator's provider CRDs are installed
+
+Each check is ok, warn or fail. labctl doctor exits 1 when any check fails.`,
+		Example: "  labctl doctor\n  labctl doctor -c examples/lab.yaml -o json\n  labctl doctor --kubeconfig ~/.kube/mgmt.yaml",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			_, err := doctor.Run(cmd.Context(), doctor.Options{
+				IO:         g.IO,
+				Output:     out,
+				Request:    g.configRequest(),
+				Kubeconfig: g.Kubeconfig,
+			})
+			if errors.Is(err, doctor.ErrFailed) {
+				return codeError{exitError}
+			}
+			return err
+		},
+	}
+	addOutputFlag(c, &out)
+	return c
+}

@@ -1,0 +1,159 @@
+// Package cmd holds labctl's cobra commands. Each turns flags into an options
+// struct and calls one function in internal/; no logic lives here.
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/labctl/labctl/internal/ui"
+)
+
+// Exit codes.
+const (
+	exitOK             = 0
+	exitError          = 1
+	exitUsage          = 2 // bad flags, and commands not built yet
+	exitInterrupted    = 130
+	notImplementedText = "not implemented yet"
+)
+
+// errNotImplemented marks a command that a later release fills in.
+var errNotImplemented = errors.New(notImplementedText)
+
+// usageError is a mistake in how labctl was called.
+type usageError struct{ error }
+
+// Globals are the flags every command shares.
+type Globals struct {
+	IO         *ui.IO
+	Config     string
+	Kubeconfig string
+	Verbose    int
+	NoColor    bool
+
+	// configExplicit is true when the user named a config file.
+	configExplicit bool
+}
+
+// Main runs labctl with the process's arguments and returns the exit code.
+func Main() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Run(ctx, ui.System(), os.Args[1:])
+}
+
+// Run executes one labctl invocation; tests call it with their own streams.
+func Run(ctx context.Context, io *ui.IO, args []string) int {
+	root := NewRoot(io)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var code codeError
+	switch {
+	case errors.As(err, &code):
+		return code.code
+	case errors.Is(err, errNotImplemented):
+		fmt.Fprintf(io.Err, "Error: %s\n", err)
+		return exitUsage
+	case ctx.Err() != nil:
+		fmt.Fprintln(io.Err, "Error: interrupted")
+		return exitInterrupted
+	}
+	fmt.Fprintf(io.Err, "Error: %s\n", err)
+	var usage usageError
+	if errors.As(err, &usage) {
+		fmt.Fprintf(io.Err, "Run '%s --help' for usage.\n", root.CommandPath())
+		return exitUsage
+	}
+	return exitError
+}
+
+// codeError ends labctl with a code after the command already said why.
+type codeError struct{ code int }
+
+func (e codeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// NewRoot builds the whole command tree over the given streams.
+func NewRoot(io *ui.IO) *cobra.Command {
+	g := &Globals{IO: io}
+	v := viper.New()
+	v.SetEnvPrefix("LABCTL")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+
+	root := &cobra.Command{
+		Use:   "labctl",
+		Short: "Run a home-lab Kubernetes platform from one lab.yaml",
+		Long: `labctl turns one lab.yaml into a working home-lab Kubernetes platform:
+a k3s management VM on Proxmox VE or libvirt, Cluster API with the Proxmox
+provider, and workload clusters whose workers scale from 0 to N and back.
+
+Everything labctl knows comes from lab.yaml and from the real systems it
+describes: VMs tagged "labctl" on the hypervisors and Cluster API objects in
+the management cluster. There is no state file to lose.
+
+Start here:
+  labctl config init              write a commented lab.yaml to edit
+  labctl config validate          check it, every error at once
+  labctl mgmt up                  create the management VM and install the stack
+  labctl cluster create lab1      create a workload cluster
+
+Without a lab.yaml, labctl uses its built-in one-machine lab (local-kvm).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// Flags win over LABCTL_* variables, which win over defaults.
+			g.Config = v.GetString("config")
+			g.Kubeconfig = v.GetString("kubeconfig")
+			g.configExplicit = cmd.Flags().Changed("config") || os.Getenv("LABCTL_CONFIG") != ""
+			if g.NoColor {
+				g.IO.Plain()
+			}
+			return nil
+		},
+	}
+	root.SetIn(io.In)
+	root.SetOut(io.Out)
+	root.SetErr(io.Err)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+
+	pf := root.PersistentFlags()
+	pf.StringVarP(&g.Config, "config", "c", "./lab.yaml", "lab config file, or - to read stdin (env LABCTL_CONFIG)")
+	pf.StringVar(&g.Kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: the one labctl stored for this lab; env LABCTL_KUBECONFIG)")
+	pf.CountVarP(&g.Verbose, "verbose", "v", "print more detail; repeat for more")
+	pf.BoolVar(&g.NoColor, "no-color", false, "plain output without colour or animation (also NO_COLOR)")
+	_ = v.BindPFlag("config", pf.Lookup("config"))
+	_ = v.BindPFlag("kubeconfig", pf.Lookup("kubeconfig"))
+
+	root.AddGroup(
+		&cobra.Group{ID: "lab", Title: "Lab commands:"},
+		&cobra.Group{ID: "setup", Title: "Setup and inspection:"},
+	)
+	for _, c := range []*cobra.Command{newMgmtCmd(g), newImageCmd(g), newClusterCmd(g), newScaleTestCmd(g)} {
+		c.GroupID = "lab"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{newConfigCmd(g), newDoctorCmd(g), newVersionCmd(g)} {
+		c.GroupID = "setup"
+		root.AddCommand(c)
+	}
+	root.SetHelpCommandGroupID("setup")
+	root.SetCompletionCommandGroupID("setup")
+	return root
+}
+
+// notImplemented is the RunE of commands a later release fills in.
+func notImplemented(cmd *cobra.Command, _ []string) error {
+	return fmt.Errorf("%s: %w", cmd.CommandPath(), errNotImplemented)
+}

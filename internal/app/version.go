@@ -1,0 +1,57 @@
+package app
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"sort"
+
+	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// VersionInfo is what 'labctl version' reports.
+type VersionInfo struct {
+	Version   string        `json:"version"`
+	Commit    string        `json:"commit"`
+	Date      string        `json:"date"`
+	GoVersion string        `json:"goVersion"`
+	Platform  string        `json:"platform"`
+	Pins      versions.Pins `json:"pins"`
+}
+
+// VersionOptions are the inputs of 'labctl version'.
+type VersionOptions struct {
+	IO     *ui.IO
+	Output string
+}
+
+// Version prints labctl's own version and every pinned upstream version.
+func Version(o VersionOptions) error {
+	pins, err := versions.Get()
+	if err != nil {
+		return err
+	}
+	info := VersionInfo{
+		Version:   versions.Version,
+		Commit:    versions.Commit,
+		Date:      versions.Date,
+		GoVersion: runtime.Version(),
+		Platform:  runtime.GOOS + "/" + runtime.GOARCH,
+		Pins:      pins,
+	}
+	return o.IO.Print(o.Output, info, func(w io.Writer) error {
+		fmt.Fprintf(w, "labctl %s (commit %s, built %s, %s, %s)\n\n", info.Version, info.Commit, info.Date, info.GoVersion, info.Platform)
+		flat := pins.Flat()
+		names := make([]string, 0, len(flat))
+		for k := range flat {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		rows := make([][]string, len(names))
+		for i, k := range names {
+			rows[i] = []string{k, flat[k]}
+		}
+		return o.IO.Table(w, []string{"COMPONENT", "PINNED VERSION"}, rows)
+	})
+}

@@ -1,0 +1,311 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// lines maps a field path to the line it is written on.
+type lines map[string]int
+
+// lookup finds the line of path, or of its nearest written parent.
+func (ls lines) lookup(path string) int {
+	for path != "" {
+		if n, ok := ls[path]; ok {
+			return n
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return 0
+}
+
+var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
+
+// decode reads one lab document strictly: unknown fields, wrong types and
+// inline secrets are errors that name their field and line.
+func decode(file string, data []byte) (*Lab, lines, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil, ErrorList{{File: file, Msg: "the config is empty; run 'labctl config init' to write a starter lab.yaml"}}
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, nil, parseError(file, data, err)
+	}
+	if len(doc.Content) == 0 {
+		return nil, nil, ErrorList{{File: file, Msg: "the config has no YAML document; run 'labctl config init' to write a starter lab.yaml"}}
+	}
+	if err := oneDocument(file, data); err != nil {
+		return nil, nil, err
+	}
+	root := doc.Content[0]
+	// Aliases let a short file name a huge tree; a budget of visits keeps
+	// the walk linear in the size of the file.
+	w := walker{file: file, lines: lines{}, budget: 8*len(data) + 10000}
+	w.walk(root, reflect.TypeOf(Lab{}), "")
+	if len(w.errs) > 0 {
+		w.errs.sortByLine()
+		return nil, nil, w.errs
+	}
+	var lab Lab
+	if err := root.Decode(&lab); err != nil {
+		// The walk checks shapes and types first, so this is a backstop.
+		return nil, nil, syntaxError(file, err)
+	}
+	return &lab, w.lines, nil
+}
+
+// oneDocument rejects a second YAML document after the lab: yaml.Unmarshal
+// reads only the first and would silently drop the rest.
+func oneDocument(file string, data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var first, next yaml.Node
+	if dec.Decode(&first) != nil {
+		return nil
+	}
+	err := dec.Decode(&next)
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		return parseError(file, data, err)
+	case len(next.Content) == 0 || next.Content[0].Tag == "!!null":
+		return nil // a trailing "---" with nothing after it
+	}
+	return ErrorList{{File: file, Line: next.Content[0].Line, Msg: "a second YAML document starts here; lab.yaml holds exactly one Lab, so remove the '---' and what follows or move it to its own file"}}
+}
+
+// yamlParserProblems are the messages of yaml's parser (not its scanner).
+// yaml numbers their lines from 0, and leaves the line out on the first line.
+var yamlParserProblems = []string{"did not find expected", "found undefined tag handle", "found duplicate %", "found incompatible YAML document"}
+
+var unknownAnchor = regexp.MustCompile(`unknown anchor '(.*)' referenced`)
+
+// parseError is syntaxError for errors of the YAML parser, with the line
+// numbers yaml gets wrong put right.
+func parseError(file string, data []byte, err error) error {
+	l, ok := syntaxError(file, err).(ErrorList)
+	if !ok || len(l) != 1 {
+		return l
+	}
+	e := l[0]
+	if m := unknownAnchor.FindStringSubmatch(e.Msg); m != nil {
+		for i, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "*"+m[1]) {
+				e.Line = i + 1
+				break
+			}
+		}
+		e.Msg += fmt.Sprintf("; define it with &%s before using *%s", m[1], m[1])
+		return l
+	}
+	if strings.HasSuffix(e.Msg, "found a tab character that violates indentation") {
+		// yaml names the line the scalar before the tab started on.
+		for i, line := range strings.Split(string(data), "\n") {
+			if i+1 >= e.Line && strings.Contains(line[:len(line)-len(strings.TrimLeft(line, " \t"))], "\t") {
+				e.Line = i + 1
+				break
+			}
+		}
+		return l
+	}
+	for _, p := range yamlParserProblems {
+		if strings.HasPrefix(e.Msg, "YAML syntax error: "+p) {
+			e.Line++
+			return l
+		}
+	}
+	if e.Line == 0 {
+		e.Line = 1
+	}
+	return l
+}
+
+func syntaxError(file string, err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		var l ErrorList
+		for _, msg := range te.Errors {
+			l = append(l, lineError(file, msg))
+		}
+		return l
+	}
+	return ErrorList{lineError(file, err.Error())}
+}
+
+func lineError(file, msg string) *Error {
+	e := &Error{File: file, Msg: "YAML syntax error: " + strings.TrimPrefix(msg, "yaml: ")}
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		e.Line, _ = strconv.Atoi(m[1])
+		e.Msg = "YAML syntax error: " + m[2]
+	}
+	return e
+}
+
+type walker struct {
+	file   string
+	lines  lines
+	errs   ErrorList
+	budget int // nodes left to visit
+}
+
+func (w *walker) fail(n *yaml.Node, path, format string, args ...any) {
+	w.errs = append(w.errs, &Error{File: w.file, Line: n.Line, Field: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+var secretRefType = reflect.TypeOf(SecretRef{})
+
+// noZero are numbers that take a default when left out, but where a written
+// 0 asks for something labctl cannot do. Defaulting it would hide that.
+var noZero = map[string]string{
+	"clusters[].memoryAdjustment":       "must be a percentage between 1 and 1000 (100 means no overcommit), got 0; 0 would turn off CAPMOX's memory check, leave the field out for the default 100",
+	"clusters[].controlPlane.replicas":  "must be an odd number (1, 3 or 5) so etcd keeps quorum, got 0",
+	"clusters[].workers.max":            "must be at least 1 so the autoscaler can add a worker, got 0",
+	"clusters[].workers.size.cpus":      "must be between 1 and 512, got 0",
+	"clusters[].controlPlane.size.cpus": "must be between 1 and 512, got 0",
+	"management.size.cpus":              "must be between 1 and 512, got 0",
+}
+
+var index = regexp.MustCompile(`\[\d+\]`)
+
+func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
+	if w.budget--; w.budget < 0 {
+		if w.budget == -1 {
+			w.fail(n, path, "the document expands too many aliases; write the values out instead of repeating *references")
+		}
+		return
+	}
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if path != "" {
+		w.lines[path] = n.Line
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return // an empty value leaves the default
+	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == secretRefType && n.Kind == yaml.ScalarNode {
+		w.fail(n, path, "inline secrets are not allowed; keep the secret in an environment variable or a file and write %s: {env: NAME} or %s: {file: PATH}", lastName(path), lastName(path))
+		return
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			w.fail(n, path, "must be a mapping of fields, got %s", describe(n))
+			return
+		}
+		fields := yamlFields(t)
+		seen := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			child := join(path, k.Value)
+			if first, dup := seen[k.Value]; dup {
+				w.fail(k, child, "is set twice (first on line %d); keep one", first)
+				continue
+			}
+			seen[k.Value] = k.Line
+			f, ok := fields[k.Value]
+			if !ok {
+				msg := "unknown field"
+				if s := suggest(k.Value, fields); s != "" {
+					msg += fmt.Sprintf(", did you mean %q?", s)
+				} else {
+					msg += fmt.Sprintf("; %s takes: %s", nameOr(path, "the lab"), strings.Join(sortedKeys(fields), ", "))
+				}
+				w.fail(k, child, "%s", msg)
+				continue
+			}
+			w.walk(v, f, child)
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			w.fail(n, path, "must be a list, got %s", describe(n))
+			return
+		}
+		for i, item := range n.Content {
+			w.walk(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+		}
+	case reflect.String:
+		if n.Kind != yaml.ScalarNode {
+			w.fail(n, path, "must be a string, got %s", describe(n))
+		}
+	case reflect.Int:
+		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!str") {
+			w.fail(n, path, "must be a whole number, got %s", describe(n))
+			return
+		}
+		i, err := strconv.Atoi(n.Value)
+		msg, noZeroHere := noZero[index.ReplaceAllString(path, "[]")]
+		switch {
+		case err != nil:
+			w.fail(n, path, "must be a whole number, got %q", n.Value)
+		case n.Tag == "!!str":
+			w.fail(n, path, "must be a whole number, got the string %q; write it without quotes", n.Value)
+		case i == 0 && noZeroHere:
+			w.fail(n, path, "%s", msg)
+		}
+	case reflect.Bool:
+		switch {
+		case n.Kind == yaml.ScalarNode && n.Tag == "!!str" && (n.Value == "true" || n.Value == "false"):
+			w.fail(n, path, "must be true or false, got the string %q; write it without quotes", n.Value)
+		case n.Kind != yaml.ScalarNode || n.Tag != "!!bool":
+			w.fail(n, path, "must be true or false, got %s", describe(n))
+		}
+	}
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return strconv.Quote(n.Value)
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func lastName(path string) string {
+	return path[strings.LastIndex(path, ".")+1:]
+}
+
+func nameOr(path, alt string) string {
+	if path == "" {
+		return alt
+	}
+	return path
+}
+
+// yamlFields maps each yaml key of struct t to its field type.
+func yamlFields(t reflect.Type) map[string]reflect.Type {
+	m := make(map[string]reflect.Type, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		m[name] = f.Type
+	}
+	return m
+}

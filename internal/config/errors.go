@@ -1,0 +1,57 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Error is one problem in a lab config: where it is and how to fix it.
+type Error struct {
+	File  string // e.g. lab.yaml; empty for built-in configs
+	Line  int    // 0 when the field is absent from the file
+	Field string // field path, e.g. clusters[0].workers.max
+	Msg   string // what is wrong and the fix
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+		b.WriteString(": ")
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// ErrorList is every problem found in one config, reported together.
+type ErrorList []*Error
+
+func (l ErrorList) Error() string {
+	msgs := make([]string, len(l))
+	for i, e := range l {
+		msgs[i] = e.Error()
+	}
+	if len(l) == 1 {
+		return msgs[0]
+	}
+	return fmt.Sprintf("%d problems in lab config:\n  %s", len(l), strings.Join(msgs, "\n  "))
+}
+
+// sortByLine orders errors as they appear in the file; absent fields last.
+func (l ErrorList) sortByLine() {
+	sort.SliceStable(l, func(i, j int) bool {
+		li, lj := l[i].Line, l[j].Line
+		if li == 0 || lj == 0 {
+			return li != 0 && lj == 0
+		}
+		return li < lj
+	})
+}

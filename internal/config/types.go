@@ -1,0 +1,217 @@
+// Package config holds the lab.yaml API (labctl.dev/v1alpha1, kind Lab):
+// its types, loading with strict decoding, defaulting and validation.
+package config
+
+// APIVersion and Kind identify a lab.yaml document.
+const (
+	APIVersion = "labctl.dev/v1alpha1"
+	Kind       = "Lab"
+)
+
+// Lab is the whole lab: hypervisors, network, the management VM, node
+// images, workload clusters and scale-test settings.
+type Lab struct {
+	APIVersion  string       `yaml:"apiVersion" json:"apiVersion"`
+	Kind        string       `yaml:"kind" json:"kind"`
+	Metadata    Metadata     `yaml:"metadata" json:"metadata"`
+	Hypervisors []Hypervisor `yaml:"hypervisors" json:"hypervisors"`
+	Network     Network      `yaml:"network" json:"network"`
+	Management  Management   `yaml:"management" json:"management"`
+	Images      []Image      `yaml:"images,omitempty" json:"images,omitempty"`
+	Clusters    []Cluster    `yaml:"clusters,omitempty" json:"clusters,omitempty"`
+	ScaleTest   ScaleTest    `yaml:"scaleTest" json:"scaleTest"`
+}
+
+// Metadata names the lab. The name keys its state folder and VM tags.
+type Metadata struct {
+	Name string `yaml:"name" json:"name"`
+}
+
+// Hypervisor is one Proxmox VE endpoint or one libvirt host. Exactly one of
+// Proxmox and Libvirt is set.
+type Hypervisor struct {
+	Name    string   `yaml:"name" json:"name"`
+	Proxmox *Proxmox `yaml:"proxmox,omitempty" json:"proxmox,omitempty"`
+	Libvirt *Libvirt `yaml:"libvirt,omitempty" json:"libvirt,omitempty"`
+}
+
+// Proxmox is a Proxmox VE API endpoint reached with an API token.
+type Proxmox struct {
+	// URL of the API, e.g. https://192.168.0.8:8006.
+	URL string `yaml:"url" json:"url"`
+	// TokenID is user@realm!tokenname.
+	TokenID string `yaml:"tokenID" json:"tokenID"`
+	// TokenSecret names where the token secret is kept; never the secret itself.
+	TokenSecret SecretRef `yaml:"tokenSecret" json:"tokenSecret"`
+	TLS         TLS       `yaml:"tls,omitempty" json:"tls,omitempty"`
+	Nodes       []PVENode `yaml:"nodes" json:"nodes"`
+	// VMIDRange is where labctl picks free VM ids when a VM has none set.
+	VMIDRange *VMIDRange `yaml:"vmidRange,omitempty" json:"vmidRange,omitempty"`
+}
+
+// TLS says how to trust the Proxmox certificate. With none of the fields set
+// the system roots are used.
+type TLS struct {
+	CAFile string `yaml:"caFile,omitempty" json:"caFile,omitempty"`
+	// Fingerprint is the SHA-256 of the server certificate, hex with colons.
+	Fingerprint        string `yaml:"fingerprint,omitempty" json:"fingerprint,omitempty"`
+	InsecureSkipVerify bool   `yaml:"insecureSkipVerify,omitempty" json:"insecureSkipVerify,omitempty"`
+}
+
+// PVENode is one node of a Proxmox cluster and where VMs go on it.
+type PVENode struct {
+	Name string `yaml:"name" json:"name"`
+	// Storage holds VM disks and cloud-init drives, e.g. local-lvm.
+	Storage string `yaml:"storage" json:"storage"`
+	// ImageStorage receives downloaded cloud images (content import) and
+	// NoCloud ISOs (content iso), e.g. local.
+	ImageStorage string `yaml:"imageStorage" json:"imageStorage"`
+	Bridge       string `yaml:"bridge" json:"bridge"`
+}
+
+// VMIDRange is an inclusive range of Proxmox VM ids.
+type VMIDRange struct {
+	Start int `yaml:"start" json:"start"`
+	End   int `yaml:"end" json:"end"`
+}
+
+// Libvirt is a KVM host reached through a libvirt URI.
+type Libvirt struct {
+	// URI is qemu:///system, qemu+ssh://user@host/system or qemu+tls://host/system.
+	URI         string `yaml:"uri" json:"uri"`
+	StoragePool string `yaml:"storagePool" json:"storagePool"`
+	// Network is a libvirt network name; Bridge a host bridge. One is set.
+	Network string `yaml:"network,omitempty" json:"network,omitempty"`
+	Bridge  string `yaml:"bridge,omitempty" json:"bridge,omitempty"`
+	// DomainType is kvm or qemu; empty picks kvm when the host offers it.
+	DomainType string `yaml:"domainType,omitempty" json:"domainType,omitempty"`
+}
+
+// SecretRef points at a secret kept outside lab.yaml. Exactly one is set.
+type SecretRef struct {
+	Env  string `yaml:"env,omitempty" json:"env,omitempty"`
+	File string `yaml:"file,omitempty" json:"file,omitempty"`
+}
+
+// Network is the lab's VM network.
+type Network struct {
+	// CIDR is the VM subnet, e.g. 192.168.4.0/24.
+	CIDR    string   `yaml:"cidr" json:"cidr"`
+	Gateway string   `yaml:"gateway" json:"gateway"`
+	VLAN    int      `yaml:"vlan,omitempty" json:"vlan,omitempty"`
+	DNS     []string `yaml:"dns" json:"dns"`
+}
+
+// Management is the k3s VM that runs Cluster API and the autoscalers.
+type Management struct {
+	Hypervisor string `yaml:"hypervisor" json:"hypervisor"`
+	// Node is the Proxmox node; empty for libvirt.
+	Node string `yaml:"node,omitempty" json:"node,omitempty"`
+	Name string `yaml:"name" json:"name"`
+	// VMID is the Proxmox VM id; 0 picks a free one in the hypervisor's vmidRange.
+	VMID int `yaml:"vmid,omitempty" json:"vmid,omitempty"`
+	// IP is a static address in network.cidr; empty means DHCP (libvirt only).
+	IP         string     `yaml:"ip,omitempty" json:"ip,omitempty"`
+	Size       Size       `yaml:"size" json:"size"`
+	K3sVersion string     `yaml:"k3sVersion" json:"k3sVersion"`
+	Image      CloudImage `yaml:"image" json:"image"`
+	User       string     `yaml:"user" json:"user"`
+	// SSHPublicKeys are inline public keys; SSHPublicKeyFile a path to one.
+	SSHPublicKeys    []string `yaml:"sshPublicKeys,omitempty" json:"sshPublicKeys,omitempty"`
+	SSHPublicKeyFile string   `yaml:"sshPublicKeyFile,omitempty" json:"sshPublicKeyFile,omitempty"`
+}
+
+// CloudImage is a cloud image and how to verify it. One of Checksum and
+// ChecksumURL is set.
+type CloudImage struct {
+	URL string `yaml:"url" json:"url"`
+	// Checksum is sha256:<64 hex>.
+	Checksum string `yaml:"checksum,omitempty" json:"checksum,omitempty"`
+	// ChecksumURL is a SHA256SUMS file listing the image.
+	ChecksumURL string `yaml:"checksumURL,omitempty" json:"checksumURL,omitempty"`
+}
+
+// Size is a VM's CPU, memory and disk. Memory and disk are quantities (2Gi).
+type Size struct {
+	CPUs   int    `yaml:"cpus" json:"cpus"`
+	Memory string `yaml:"memory" json:"memory"`
+	Disk   string `yaml:"disk" json:"disk"`
+}
+
+// Image is a node VM template built by image-builder.
+type Image struct {
+	Name              string `yaml:"name" json:"name"`
+	Hypervisor        string `yaml:"hypervisor" json:"hypervisor"`
+	Node              string `yaml:"node,omitempty" json:"node,omitempty"`
+	OS                string `yaml:"os" json:"os"`
+	KubernetesVersion string `yaml:"kubernetesVersion" json:"kubernetesVersion"`
+	// VMID pins the template's VM id; 0 lets Packer pick.
+	VMID int `yaml:"vmid,omitempty" json:"vmid,omitempty"`
+}
+
+// Cluster is a workload cluster made of Cluster API objects.
+type Cluster struct {
+	Name              string       `yaml:"name" json:"name"`
+	Hypervisor        string       `yaml:"hypervisor" json:"hypervisor"`
+	AllowedNodes      []string     `yaml:"allowedNodes,omitempty" json:"allowedNodes,omitempty"`
+	KubernetesVersion string       `yaml:"kubernetesVersion" json:"kubernetesVersion"`
+	ControlPlane      ControlPlane `yaml:"controlPlane" json:"controlPlane"`
+	Workers           Workers      `yaml:"workers" json:"workers"`
+	// NodeIPRange is first-last, e.g. 192.168.4.40-192.168.4.59, inside network.cidr.
+	NodeIPRange string `yaml:"nodeIPRange" json:"nodeIPRange"`
+	PodCIDR     string `yaml:"podCIDR" json:"podCIDR"`
+	ServiceCIDR string `yaml:"serviceCIDR" json:"serviceCIDR"`
+	// MemoryAdjustment is CAPMOX schedulerHints.memoryAdjustment in percent.
+	MemoryAdjustment int      `yaml:"memoryAdjustment" json:"memoryAdjustment"`
+	Template         Template `yaml:"template" json:"template"`
+	CNI              CNI      `yaml:"cni" json:"cni"`
+}
+
+// ControlPlane is the kubeadm control plane and its kube-vip VIP.
+type ControlPlane struct {
+	// Endpoint is the kube-vip VIP: in network.cidr, outside nodeIPRange.
+	Endpoint string `yaml:"endpoint" json:"endpoint"`
+	Replicas int    `yaml:"replicas" json:"replicas"`
+	Size     Size   `yaml:"size" json:"size"`
+}
+
+// Workers is the autoscaled worker MachineDeployment.
+type Workers struct {
+	Min  int  `yaml:"min" json:"min"`
+	Max  int  `yaml:"max" json:"max"`
+	Size Size `yaml:"size" json:"size"`
+}
+
+// Template says which VM template the nodes clone. Either Image (found by
+// the tags image build sets) or SourceNode with TemplateID.
+type Template struct {
+	Image      string `yaml:"image,omitempty" json:"image,omitempty"`
+	SourceNode string `yaml:"sourceNode,omitempty" json:"sourceNode,omitempty"`
+	TemplateID int    `yaml:"templateID,omitempty" json:"templateID,omitempty"`
+}
+
+// CNI is the cluster's network plugin, installed by Helm.
+type CNI struct {
+	// Cilium is the chart version; empty takes the pinned one.
+	Cilium string `yaml:"cilium" json:"cilium"`
+}
+
+// ScaleTest configures labctl scale-test.
+type ScaleTest struct {
+	Workload ScaleWorkload `yaml:"workload" json:"workload"`
+	Timeouts ScaleTimeouts `yaml:"timeouts" json:"timeouts"`
+}
+
+// ScaleWorkload is the inflate Deployment: pause pods with these requests.
+type ScaleWorkload struct {
+	Image  string `yaml:"image" json:"image"`
+	CPU    string `yaml:"cpu" json:"cpu"`
+	Memory string `yaml:"memory" json:"memory"`
+}
+
+// ScaleTimeouts bound each scale-test phase; Go durations such as 15m.
+type ScaleTimeouts struct {
+	ScaleUp   string `yaml:"scaleUp" json:"scaleUp"`
+	ScaleDown string `yaml:"scaleDown" json:"scaleDown"`
+	FromZero  string `yaml:"fromZero" json:"fromZero"`
+}

@@ -1,0 +1,774 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Bounds that come from the pinned stack.
+const (
+	maxKubernetesMinor = 35 // CAPMOX v0.9 is tested with CAPI 1.12, which caps workloads at 1.35
+	minKubernetesMinor = 31
+	minVMID            = 100
+	maxVMID            = 999999999
+)
+
+var (
+	dnsLabel      = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	tokenIDRe     = regexp.MustCompile(`^[^@!\s=]+@[^@!\s=]+![A-Za-z][A-Za-z0-9._-]*$`)
+	fingerprintRe = regexp.MustCompile(`^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$`)
+	sha256Re      = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	envNameRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// secretLike is a Proxmox token secret (a UUID) or another long hex key.
+	secretLike    = regexp.MustCompile(`^(?i:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{24,})$`)
+	kubeVersionRe = regexp.MustCompile(`^v1\.(\d+)\.(\d+)$`)
+	k3sVersionRe  = regexp.MustCompile(`^v1\.\d+\.\d+\+k3s\d+$`)
+	ciliumRe      = regexp.MustCompile(`^\d+\.\d+\.\d+$`)
+	imageOSes     = []string{"ubuntu-2204", "ubuntu-2404"}
+	domainTypes   = []string{"kvm", "qemu"}
+)
+
+// k3sCIDRs are the k3s defaults the management VM runs with.
+var k3sCIDRs = []struct {
+	what string
+	pfx  netip.Prefix
+}{
+	{"k3s's pod network", netip.MustParsePrefix("10.42.0.0/16")},
+	{"k3s's service network", netip.MustParsePrefix("10.43.0.0/16")},
+}
+
+// validator collects every problem before reporting.
+type validator struct {
+	lab  *Lab
+	errs ErrorList
+
+	subnet  netip.Prefix // network.cidr, when valid
+	hvs     map[string]*Hypervisor
+	images  map[string]bool
+	ranges  []ipRange // node IP ranges of earlier clusters
+	rangeOf []string  // their paths
+	vips    []netip.Addr
+	vipOf   []string          // the clusters' paths
+	vmids   map[string]string // hypervisor/vmid of the VMs labctl creates: their paths
+}
+
+func (v *validator) add(p *field.Path, format string, args ...any) {
+	v.errs = append(v.errs, &Error{Field: p.String(), Msg: fmt.Sprintf(format, args...)})
+}
+
+// Validate checks a defaulted lab and returns every problem at once.
+func Validate(lab *Lab) ErrorList {
+	v := &validator{lab: lab, hvs: map[string]*Hypervisor{}, images: map[string]bool{}, vmids: map[string]string{}}
+	if lab.APIVersion != APIVersion {
+		v.add(field.NewPath("apiVersion"), "must be %s, got %q", APIVersion, lab.APIVersion)
+	}
+	if lab.Kind != Kind {
+		v.add(field.NewPath("kind"), "must be %s, got %q", Kind, lab.Kind)
+	}
+	v.name(field.NewPath("metadata", "name"), lab.Metadata.Name)
+	v.network(field.NewPath("network"))
+	v.hypervisors(field.NewPath("hypervisors"))
+	v.management(field.NewPath("management"))
+	v.imageList(field.NewPath("images"))
+	v.clusters(field.NewPath("clusters"))
+	v.scaleTest(field.NewPath("scaleTest"))
+	return v.errs
+}
+
+func (v *validator) name(p *field.Path, name string) {
+	switch {
+	case name == "":
+		v.add(p, "is required: a lowercase name such as lab1")
+	case !dnsLabel.MatchString(name):
+		v.add(p, "%q must be lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters", name)
+	}
+}
+
+func (v *validator) network(p *field.Path) {
+	n := v.lab.Network
+	if n.CIDR == "" {
+		v.add(p.Child("cidr"), "is required: the VM subnet, e.g. 192.168.4.0/24")
+	} else if pfx, err := netip.ParsePrefix(n.CIDR); err != nil || !pfx.Addr().Is4() {
+		v.add(p.Child("cidr"), "%q is not an IPv4 CIDR such as 192.168.4.0/24", n.CIDR)
+	} else if pfx.Masked() != pfx {
+		v.add(p.Child("cidr"), "%q has host bits set; write %s", n.CIDR, pfx.Masked())
+	} else if pfx.Bits() > 29 {
+		v.add(p.Child("cidr"), "%q is too small for a lab; use /29 or larger", n.CIDR)
+	} else {
+		v.subnet = pfx
+		for _, k := range k3sCIDRs {
+			if pfx.Overlaps(k.pfx) {
+				v.add(p.Child("cidr"), "%s overlaps %s %s on the management VM; pick a lab network outside it", pfx, k.what, k.pfx)
+			}
+		}
+	}
+	v.hostIP(p.Child("gateway"), n.Gateway, true)
+	if n.VLAN < 0 || n.VLAN > 4094 {
+		v.add(p.Child("vlan"), "must be between 1 and 4094 (or 0 for untagged), got %d", n.VLAN)
+	}
+	if len(n.DNS) == 0 {
+		v.add(p.Child("dns"), "needs at least one DNS server, e.g. [%s]", orExample(n.Gateway, "192.168.4.1"))
+	}
+	for i, d := range n.DNS {
+		if a, err := netip.ParseAddr(d); err != nil || !a.Is4() {
+			v.add(p.Child("dns").Index(i), "%q is not an IPv4 address", d)
+		}
+	}
+}
+
+func orExample(s, example string) string {
+	if s != "" {
+		return s
+	}
+	return example
+}
+
+// hostIP checks that s is a usable address in the lab subnet.
+func (v *validator) hostIP(p *field.Path, s string, required bool) (netip.Addr, bool) {
+	if s == "" {
+		if required {
+			v.add(p, "is required: an IPv4 address in network.cidr")
+		}
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is4() {
+		v.add(p, "%q is not an IPv4 address", s)
+		return netip.Addr{}, false
+	}
+	if v.subnet.IsValid() {
+		if !v.subnet.Contains(a) {
+			v.add(p, "%s is outside network.cidr %s", a, v.subnet)
+			return a, false
+		}
+		if a == v.subnet.Addr() || a == broadcast(v.subnet) {
+			v.add(p, "%s is the network or broadcast address of %s; pick a host address", a, v.subnet)
+			return a, false
+		}
+	}
+	return a, true
+}
+
+func (v *validator) hypervisors(p *field.Path) {
+	if len(v.lab.Hypervisors) == 0 {
+		v.add(p, "needs at least one hypervisor: a proxmox endpoint or a libvirt host")
+	}
+	for i := range v.lab.Hypervisors {
+		h := &v.lab.Hypervisors[i]
+		hp := p.Index(i)
+		v.name(hp.Child("name"), h.Name)
+		if _, dup := v.hvs[h.Name]; dup && h.Name != "" {
+			v.add(hp.Child("name"), "duplicate hypervisor name %q; each hypervisor needs its own name", h.Name)
+		} else {
+			v.hvs[h.Name] = h
+		}
+		switch {
+		case h.Proxmox != nil && h.Libvirt != nil:
+			v.add(hp, "sets both proxmox and libvirt; a hypervisor is one or the other")
+		case h.Proxmox != nil:
+			v.proxmox(hp.Child("proxmox"), h.Proxmox)
+		case h.Libvirt != nil:
+			v.libvirt(hp.Child("libvirt"), h.Libvirt)
+		default:
+			v.add(hp, "needs a proxmox or a libvirt section")
+		}
+	}
+}
+
+func (v *validator) proxmox(p *field.Path, px *Proxmox) {
+	if u, err := url.Parse(px.URL); px.URL == "" {
+		v.add(p.Child("url"), "is required, e.g. https://192.168.0.8:8006")
+	} else if err != nil || u.Scheme != "https" || u.Host == "" {
+		v.add(p.Child("url"), "%q must be an https URL such as https://192.168.0.8:8006", px.URL)
+	}
+	switch {
+	case px.TokenID == "":
+		v.add(p.Child("tokenID"), "is required: the API token id, user@realm!tokenname")
+	case strings.Contains(px.TokenID, "="):
+		v.add(p.Child("tokenID"), "must not contain the token secret; write only user@realm!tokenname and put the secret in tokenSecret.env or tokenSecret.file")
+	case !tokenIDRe.MatchString(px.TokenID):
+		v.add(p.Child("tokenID"), "%q is not user@realm!tokenname, e.g. root@pam!labctl", px.TokenID)
+	}
+	v.secretRef(p.Child("tokenSecret"), px.TokenSecret)
+	tp := p.Child("tls")
+	if px.TLS.Fingerprint != "" && !fingerprintRe.MatchString(px.TLS.Fingerprint) {
+		v.add(tp.Child("fingerprint"), "must be a SHA-256 fingerprint: 32 hex bytes separated by colons, as 'openssl x509 -noout -fingerprint -sha256' prints")
+	}
+	if px.TLS.CAFile != "" && px.TLS.Fingerprint != "" {
+		v.add(tp, "sets both caFile and fingerprint; pick one way to trust the server")
+	}
+	if px.TLS.InsecureSkipVerify && (px.TLS.CAFile != "" || px.TLS.Fingerprint != "") {
+		v.add(tp.Child("insecureSkipVerify"), "cannot be combined with caFile or fingerprint; drop insecureSkipVerify to keep verification on")
+	}
+	np := p.Child("nodes")
+	if len(px.Nodes) == 0 {
+		v.add(np, "needs at least one node, e.g. - {name: pv1-1, storage: local-lvm, imageStorage: local, bridge: vmbr0}")
+	}
+	seen := map[string]bool{}
+	for i, n := range px.Nodes {
+		ip := np.Index(i)
+		v.name(ip.Child("name"), n.Name)
+		if seen[n.Name] && n.Name != "" {
+			v.add(ip.Child("name"), "duplicate node name %q", n.Name)
+		}
+		seen[n.Name] = true
+		for _, f := range []struct{ name, val, eg string }{
+			{"storage", n.Storage, "local-lvm"}, {"imageStorage", n.ImageStorage, "local"}, {"bridge", n.Bridge, "vmbr0"},
+		} {
+			if f.val == "" {
+				v.add(ip.Child(f.name), "is required, e.g. %s", f.eg)
+			}
+		}
+	}
+	if r := px.VMIDRange; r != nil {
+		rp := p.Child("vmidRange")
+		if r.Start < minVMID || r.End > maxVMID || r.Start > r.End {
+			v.add(rp, "must satisfy %d <= start <= end <= %d, got %d-%d", minVMID, maxVMID, r.Start, r.End)
+		}
+	}
+}
+
+func (v *validator) secretRef(p *field.Path, s SecretRef) {
+	switch {
+	case s.Env == "" && s.File == "":
+		v.add(p, "is required: name where the secret is kept, {env: PVE_TOKEN_SECRET} or {file: ~/.config/labctl/pve-token}")
+	case s.Env != "" && s.File != "":
+		v.add(p, "sets both env and file; pick one")
+	case s.Env != "" && !envNameRe.MatchString(s.Env):
+		v.add(p.Child("env"), "%q is not an environment variable name; it names the variable, it is not the secret", s.Env)
+	case secretLike.MatchString(s.Env):
+		v.add(p.Child("env"), "looks like the secret itself; name the variable that holds it, e.g. PVE_TOKEN_SECRET")
+	case secretLike.MatchString(s.File):
+		v.add(p.Child("file"), "looks like the secret itself; name the file that holds it, e.g. ~/.config/labctl/pve-token")
+	}
+}
+
+func (v *validator) libvirt(p *field.Path, lv *Libvirt) {
+	u, err := url.Parse(lv.URI)
+	switch {
+	case lv.URI == "":
+		v.add(p.Child("uri"), "is required, e.g. qemu:///system or qemu+ssh://user@host/system")
+	case err != nil || (u.Scheme != "qemu" && u.Scheme != "qemu+ssh" && u.Scheme != "qemu+tls" && u.Scheme != "test"):
+		v.add(p.Child("uri"), "%q must be a qemu:///system, qemu+ssh://user@host/system or qemu+tls://host/system URI", lv.URI)
+	case u.Scheme != "qemu" && u.Scheme != "test" && u.Host == "":
+		v.add(p.Child("uri"), "%q names no host; write %s://user@host/system", lv.URI, u.Scheme)
+	case u.Scheme == "qemu" && u.Path != "/system" && u.Path != "/session":
+		v.add(p.Child("uri"), "%q must end in /system or /session", lv.URI)
+	}
+	if lv.Network != "" && lv.Bridge != "" {
+		v.add(p, "sets both network and bridge; VMs attach to one of them")
+	} else if lv.Network == "" && lv.Bridge == "" {
+		v.add(p, "needs a network (a libvirt network name) or a bridge (a host bridge)")
+	}
+	if lv.DomainType != "" && !oneOf(lv.DomainType, domainTypes) {
+		v.add(p.Child("domainType"), "must be kvm or qemu, got %q", lv.DomainType)
+	}
+}
+
+func oneOf(s string, list []string) bool {
+	for _, x := range list {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+// placement checks a hypervisor reference and, for Proxmox, the node on it.
+func (v *validator) placement(hp, np *field.Path, hypervisor, node string) *Hypervisor {
+	if len(v.lab.Hypervisors) == 0 {
+		return nil // reported at hypervisors
+	}
+	if hypervisor == "" {
+		v.add(hp, "is required when the lab has more than one hypervisor; name one of: %s", strings.Join(v.hypervisorNames(), ", "))
+		return nil
+	}
+	h, ok := v.hvs[hypervisor]
+	if !ok {
+		v.add(hp, "unknown hypervisor %q; the lab has: %s", hypervisor, strings.Join(v.hypervisorNames(), ", "))
+		return nil
+	}
+	if h.Proxmox != nil && np != nil && len(h.Proxmox.Nodes) > 0 {
+		if node == "" {
+			v.add(np, "is required: the Proxmox node, one of %s", strings.Join(nodeNames(h.Proxmox), ", "))
+		} else if !hasNode(h.Proxmox, node) {
+			v.add(np, "unknown node %q on hypervisor %s; it has: %s", node, h.Name, strings.Join(nodeNames(h.Proxmox), ", "))
+		}
+	}
+	if h.Proxmox == nil && h.Libvirt != nil && np != nil && node != "" {
+		v.add(np, "is only for Proxmox hypervisors; %s is a libvirt host, drop node", h.Name)
+	}
+	return h
+}
+
+func (v *validator) hypervisorNames() []string {
+	var names []string
+	for _, h := range v.lab.Hypervisors {
+		names = append(names, h.Name)
+	}
+	return names
+}
+
+func nodeNames(px *Proxmox) []string {
+	var names []string
+	for _, n := range px.Nodes {
+		names = append(names, n.Name)
+	}
+	return names
+}
+
+func hasNode(px *Proxmox, name string) bool {
+	for _, n := range px.Nodes {
+		if n.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// uniqueVMID checks that no two VMs labctl creates on one hypervisor share
+// an id: the second create would fail, or clobber the first.
+func (v *validator) uniqueVMID(p *field.Path, hypervisor string, id int) {
+	key := fmt.Sprintf("%s/%d", hypervisor, id)
+	if first, dup := v.vmids[key]; dup {
+		v.add(p, "%d is already the VM id of %s; each VM needs its own id", id, first)
+		return
+	}
+	v.vmids[key] = strings.TrimSuffix(p.String(), ".vmid")
+}
+
+func (v *validator) management(p *field.Path) {
+	m := v.lab.Management
+	h := v.placement(p.Child("hypervisor"), p.Child("node"), m.Hypervisor, m.Node)
+	v.name(p.Child("name"), m.Name)
+	if m.VMID != 0 {
+		if m.VMID < minVMID || m.VMID > maxVMID {
+			v.add(p.Child("vmid"), "must be between %d and %d, got %d", minVMID, maxVMID, m.VMID)
+		} else if h != nil && h.Proxmox == nil && h.Libvirt != nil {
+			v.add(p.Child("vmid"), "is only for Proxmox hypervisors; drop it for %s", h.Name)
+		} else {
+			v.uniqueVMID(p.Child("vmid"), m.Hypervisor, m.VMID)
+		}
+	}
+	if ip, ok := v.hostIP(p.Child("ip"), m.IP, h != nil && h.Proxmox != nil); ok {
+		for _, a := range v.lanAddrs() {
+			if a.addr == ip {
+				v.add(p.Child("ip"), "%s is %s; pick another address", ip, a.what)
+				break
+			}
+		}
+	}
+	v.size(p.Child("size"), m.Size, 2, 2<<30)
+	if !k3sVersionRe.MatchString(m.K3sVersion) {
+		v.add(p.Child("k3sVersion"), "%q is not a k3s release such as v1.35.4+k3s1", m.K3sVersion)
+	}
+	v.cloudImage(p.Child("image"), m.Image)
+	if m.User == "" || !dnsLabel.MatchString(m.User) {
+		v.add(p.Child("user"), "%q is not a valid user name; use lowercase letters and digits, e.g. ubuntu", m.User)
+	}
+	if len(m.SSHPublicKeys) == 0 && m.SSHPublicKeyFile == "" {
+		v.add(p, "needs sshPublicKeyFile or sshPublicKeys, or you cannot log in to the VM")
+	}
+	for i, k := range m.SSHPublicKeys {
+		if !strings.HasPrefix(k, "ssh-") && !strings.HasPrefix(k, "ecdsa-") && !strings.HasPrefix(k, "sk-") {
+			v.add(p.Child("sshPublicKeys").Index(i), "is not an SSH public key (ssh-ed25519 AAAA...); a private key never belongs here")
+		}
+	}
+	if strings.Contains(m.SSHPublicKeyFile, "PRIVATE KEY") || (m.SSHPublicKeyFile != "" && !strings.HasSuffix(m.SSHPublicKeyFile, ".pub")) {
+		v.add(p.Child("sshPublicKeyFile"), "must name a public key file ending in .pub, e.g. ~/.ssh/id_ed25519.pub")
+	}
+}
+
+func (v *validator) cloudImage(p *field.Path, img CloudImage) {
+	if u, err := url.Parse(img.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		v.add(p.Child("url"), "%q must be an http(s) URL of a cloud image", img.URL)
+	}
+	switch {
+	case img.Checksum == "" && img.ChecksumURL == "":
+		v.add(p, "needs checksum (sha256:<hex>) or checksumURL (a SHA256SUMS file); labctl never uses an unverified image")
+	case img.Checksum != "" && img.ChecksumURL != "":
+		v.add(p, "sets both checksum and checksumURL; pick one")
+	case img.Checksum != "" && !sha256Re.MatchString(img.Checksum):
+		v.add(p.Child("checksum"), "must be sha256: followed by 64 lowercase hex digits")
+	}
+}
+
+// size checks a VM size against a floor of CPUs and memory bytes.
+func (v *validator) size(p *field.Path, s Size, minCPUs int, minMem int64) {
+	if s.CPUs < 1 || s.CPUs > 512 {
+		v.add(p.Child("cpus"), "must be between 1 and 512, got %d", s.CPUs)
+	} else if s.CPUs < minCPUs {
+		v.add(p.Child("cpus"), "must be at least %d here, got %d", minCPUs, s.CPUs)
+	}
+	if q, ok := v.quantity(p.Child("memory"), s.Memory, "2Gi or 512Mi"); ok && q.Value() < minMem {
+		v.add(p.Child("memory"), "%s is too little; at least %s is needed", s.Memory, resource.NewQuantity(minMem, resource.BinarySI))
+	}
+	if q, ok := v.quantity(p.Child("disk"), s.Disk, "30Gi"); ok && q.Value() < 10<<30 {
+		v.add(p.Child("disk"), "%s is too small for a node; use at least 10Gi", s.Disk)
+	}
+}
+
+func (v *validator) quantity(p *field.Path, s, eg string) (resource.Quantity, bool) {
+	q, err := resource.ParseQuantity(s)
+	if err != nil || q.Sign() <= 0 {
+		v.add(p, "%q is not a positive quantity such as %s", s, eg)
+		return q, false
+	}
+	return q, true
+}
+
+func (v *validator) imageList(p *field.Path) {
+	for i, img := range v.lab.Images {
+		ip := p.Index(i)
+		v.name(ip.Child("name"), img.Name)
+		if v.images[img.Name] && img.Name != "" {
+			v.add(ip.Child("name"), "duplicate image name %q", img.Name)
+		}
+		v.images[img.Name] = true
+		v.placement(ip.Child("hypervisor"), ip.Child("node"), img.Hypervisor, img.Node)
+		if !oneOf(img.OS, imageOSes) {
+			v.add(ip.Child("os"), "%q is not supported; use one of %s", img.OS, strings.Join(imageOSes, ", "))
+		}
+		v.kubeVersion(ip.Child("kubernetesVersion"), img.KubernetesVersion)
+		if img.VMID != 0 && (img.VMID < minVMID || img.VMID > maxVMID) {
+			v.add(ip.Child("vmid"), "must be between %d and %d, got %d", minVMID, maxVMID, img.VMID)
+		} else if img.VMID != 0 {
+			v.uniqueVMID(ip.Child("vmid"), img.Hypervisor, img.VMID)
+		}
+	}
+}
+
+func (v *validator) kubeVersion(p *field.Path, s string) bool {
+	m := kubeVersionRe.FindStringSubmatch(s)
+	if m == nil {
+		v.add(p, "%q is not a Kubernetes version such as v1.35.4", s)
+		return false
+	}
+	var minor int
+	fmt.Sscan(m[1], &minor)
+	if minor > maxKubernetesMinor || minor < minKubernetesMinor {
+		v.add(p, "%s is not supported: Cluster API 1.12 with CAPMOX v0.9 runs v1.%d to v1.%d", s, minKubernetesMinor, maxKubernetesMinor)
+		return false
+	}
+	return true
+}
+
+func (v *validator) clusters(p *field.Path) {
+	names := map[string]bool{}
+	// Addresses in use that VIPs and node ranges must stay clear of.
+	taken := v.lanAddrs()
+	if mgmtIP, err := netip.ParseAddr(v.lab.Management.IP); err == nil {
+		taken = append(taken, lanAddr{"the management VM's IP", mgmtIP})
+	}
+	for i := range v.lab.Clusters {
+		c := &v.lab.Clusters[i]
+		cp := p.Index(i)
+		v.name(cp.Child("name"), c.Name)
+		if names[c.Name] && c.Name != "" {
+			v.add(cp.Child("name"), "duplicate cluster name %q", c.Name)
+		}
+		names[c.Name] = true
+		h := v.placement(cp.Child("hypervisor"), nil, c.Hypervisor, "")
+		if h != nil && h.Proxmox != nil && len(h.Proxmox.Nodes) > 0 {
+			for j, n := range c.AllowedNodes {
+				if !hasNode(h.Proxmox, n) {
+					v.add(cp.Child("allowedNodes").Index(j), "unknown node %q on hypervisor %s; it has: %s", n, h.Name, strings.Join(nodeNames(h.Proxmox), ", "))
+				}
+			}
+		}
+		versionOK := v.kubeVersion(cp.Child("kubernetesVersion"), c.KubernetesVersion)
+
+		// Control plane and workers.
+		r := c.ControlPlane.Replicas
+		if r < 1 || r%2 == 0 {
+			v.add(cp.Child("controlPlane", "replicas"), "must be an odd number (1, 3 or 5) so etcd keeps quorum, got %d", r)
+		}
+		v.size(cp.Child("controlPlane", "size"), c.ControlPlane.Size, 2, 2<<30)
+		w := c.Workers
+		if w.Min < 0 {
+			v.add(cp.Child("workers", "min"), "must be 0 or more, got %d", w.Min)
+		}
+		if w.Max < w.Min {
+			v.add(cp.Child("workers", "max"), "must be >= workers.min (%d), got %d", w.Min, w.Max)
+		} else if w.Max < 1 {
+			v.add(cp.Child("workers", "max"), "must be at least 1 so the autoscaler can add a worker, got %d", w.Max)
+		}
+		v.size(cp.Child("workers", "size"), w.Size, 1, 1<<30)
+
+		// Addresses: the VIP, the node range, pod and service CIDRs.
+		vip, vipOK := v.hostIP(cp.Child("controlPlane", "endpoint"), c.ControlPlane.Endpoint, true)
+		if vipOK {
+			for _, a := range taken {
+				if a.addr == vip {
+					v.add(cp.Child("controlPlane", "endpoint"), "%s is %s; the VIP needs an address of its own", vip, a.what)
+					break
+				}
+			}
+			for j, other := range v.vips {
+				if other == vip {
+					v.add(cp.Child("controlPlane", "endpoint"), "%s is also the endpoint of %s; each cluster needs its own VIP", vip, v.vipOf[j])
+				}
+			}
+			v.vips = append(v.vips, vip)
+			v.vipOf = append(v.vipOf, cp.String())
+		}
+		rp := cp.Child("nodeIPRange")
+		rng, rngOK := v.ipRange(rp, c.NodeIPRange)
+		if rngOK {
+			if need := w.Max + r; rng.size() < need {
+				v.add(rp, "holds %d addresses, but workers.max (%d) + controlPlane.replicas (%d) need %d; widen the range", rng.size(), w.Max, r, need)
+			}
+			if vipOK && rng.contains(vip) {
+				v.add(cp.Child("controlPlane", "endpoint"), "%s is inside nodeIPRange %s; the VIP must be outside the range nodes get their addresses from", vip, c.NodeIPRange)
+			}
+			for _, a := range taken {
+				if rng.contains(a.addr) {
+					v.add(rp, "contains %s %s; nodes would take that address, so move the range", a.what, a.addr)
+				}
+			}
+			for j, other := range v.ranges {
+				if rng.overlaps(other) {
+					v.add(rp, "overlaps %s (%s); clusters need separate ranges", v.rangeOf[j], other)
+				}
+			}
+			v.ranges = append(v.ranges, rng)
+			v.rangeOf = append(v.rangeOf, rp.String())
+		}
+		pod := v.cidr(cp.Child("podCIDR"), c.PodCIDR)
+		svc := v.cidr(cp.Child("serviceCIDR"), c.ServiceCIDR)
+		if pod.IsValid() && v.subnet.IsValid() && pod.Overlaps(v.subnet) {
+			v.add(cp.Child("podCIDR"), "%s overlaps the lab network %s; pick a range outside it, e.g. 10.244.0.0/16", pod, v.subnet)
+		}
+		if svc.IsValid() && v.subnet.IsValid() && svc.Overlaps(v.subnet) {
+			v.add(cp.Child("serviceCIDR"), "%s overlaps the lab network %s; pick a range outside it, e.g. 10.96.0.0/12", svc, v.subnet)
+		}
+		if pod.IsValid() && svc.IsValid() && pod.Overlaps(svc) {
+			v.add(cp.Child("serviceCIDR"), "%s overlaps podCIDR %s", svc, pod)
+		}
+		if pod.IsValid() && pod.Bits() > 24 {
+			v.add(cp.Child("podCIDR"), "%s is too small: each node takes a /24; use /16", pod)
+		}
+
+		if c.MemoryAdjustment < 1 || c.MemoryAdjustment > 1000 {
+			v.add(cp.Child("memoryAdjustment"), "must be a percentage between 1 and 1000 (100 means no overcommit), got %d", c.MemoryAdjustment)
+		}
+		v.template(cp, c, h, versionOK)
+		v.lanAddresses(cp, pod, svc)
+		if !ciliumRe.MatchString(c.CNI.Cilium) {
+			v.add(cp.Child("cni", "cilium"), "%q is not a Cilium chart version such as 1.18.4", c.CNI.Cilium)
+		}
+	}
+	v.vipsOutsideRanges(p)
+}
+
+// vipsOutsideRanges checks every VIP against the node ranges of the other
+// clusters: nodes there would get the VIP as their address.
+func (v *validator) vipsOutsideRanges(p *field.Path) {
+	for i, c := range v.lab.Clusters {
+		vip, err := netip.ParseAddr(c.ControlPlane.Endpoint)
+		if err != nil {
+			continue
+		}
+		own := p.Index(i).Child("nodeIPRange").String() // checked in clusters
+		for j, r := range v.ranges {
+			if v.rangeOf[j] != own && r.contains(vip) {
+				v.add(p.Index(i).Child("controlPlane", "endpoint"), "%s is inside %s (%s); the VIP must be outside every cluster's node range", vip, v.rangeOf[j], r)
+			}
+		}
+	}
+}
+
+// lanAddr is an address on the LAN that something else already uses.
+type lanAddr struct {
+	what string // e.g. "the gateway"
+	addr netip.Addr
+}
+
+// lanAddrs are the gateway, the DNS servers and the Proxmox hosts named by
+// address, each address once.
+func (v *validator) lanAddrs() []lanAddr {
+	var addrs []lanAddr
+	add := func(what, s string) {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return
+		}
+		for _, x := range addrs {
+			if x.addr == a {
+				return
+			}
+		}
+		addrs = append(addrs, lanAddr{what, a})
+	}
+	add("the gateway", v.lab.Network.Gateway)
+	for _, d := range v.lab.Network.DNS {
+		add("the DNS server", d)
+	}
+	for _, h := range v.lab.Hypervisors {
+		if h.Proxmox == nil {
+			continue
+		}
+		if u, err := url.Parse(h.Proxmox.URL); err == nil {
+			add("the address of hypervisor "+h.Name, u.Hostname())
+		}
+	}
+	return addrs
+}
+
+// lanAddresses checks that the pod and service CIDRs leave the addresses
+// nodes must reach on the LAN alone: DNS servers and the Proxmox API.
+func (v *validator) lanAddresses(cp *field.Path, pod, svc netip.Prefix) {
+	addrs := v.lanAddrs()
+	for _, c := range []struct {
+		name, eg string
+		pfx      netip.Prefix
+	}{{"podCIDR", DefaultPodCIDR, pod}, {"serviceCIDR", DefaultServiceCIDR, svc}} {
+		if !c.pfx.IsValid() || (v.subnet.IsValid() && c.pfx.Overlaps(v.subnet)) {
+			continue // invalid or overlapping the lab network: reported already
+		}
+		for _, a := range addrs {
+			if c.pfx.Contains(a.addr) {
+				v.add(cp.Child(c.name), "%s contains %s %s; pick a range outside the LAN, e.g. %s", c.pfx, a.what, a.addr, c.eg)
+				break
+			}
+		}
+	}
+}
+
+func (v *validator) template(cp *field.Path, c *Cluster, h *Hypervisor, versionOK bool) {
+	p := cp.Child("template")
+	t := c.Template
+	switch {
+	case t.Image != "" && (t.TemplateID != 0 || t.SourceNode != ""):
+		v.add(p, "sets image and templateID/sourceNode; use one: image finds the template by its tags")
+	case t.Image != "":
+		img := v.image(t.Image)
+		switch {
+		case img == nil:
+			v.add(p.Child("image"), "unknown image %q; add it under images or set templateID and sourceNode", t.Image)
+		case h != nil && v.hvs[img.Hypervisor] != nil && img.Hypervisor != c.Hypervisor:
+			v.add(p.Child("image"), "image %q is built on hypervisor %s, but the cluster runs on %s; build an image there", t.Image, img.Hypervisor, c.Hypervisor)
+		case versionOK && img.KubernetesVersion != c.KubernetesVersion:
+			v.add(cp.Child("kubernetesVersion"), "%s does not match %s of its template image %q; the nodes' kubelet and kubeadm come from the image, so set both to the same version", c.KubernetesVersion, img.KubernetesVersion, t.Image)
+		}
+	case t.TemplateID != 0:
+		if t.TemplateID < minVMID || t.TemplateID > maxVMID {
+			v.add(p.Child("templateID"), "must be a VM id between %d and %d, got %d", minVMID, maxVMID, t.TemplateID)
+		} else if m := v.lab.Management; t.TemplateID == m.VMID && c.Hypervisor == m.Hypervisor {
+			v.add(p.Child("templateID"), "%d is the management VM's id, not a template; use the id the image build printed", t.TemplateID)
+		}
+		if t.SourceNode == "" {
+			v.add(p.Child("sourceNode"), "is required with templateID: the node that holds the template")
+		} else if h != nil && h.Proxmox != nil && len(h.Proxmox.Nodes) > 0 && !hasNode(h.Proxmox, t.SourceNode) {
+			v.add(p.Child("sourceNode"), "unknown node %q on hypervisor %s", t.SourceNode, h.Name)
+		}
+	default:
+		v.add(p, "needs image (a name under images) or templateID with sourceNode")
+	}
+}
+
+func (v *validator) image(name string) *Image {
+	for i := range v.lab.Images {
+		if v.lab.Images[i].Name == name {
+			return &v.lab.Images[i]
+		}
+	}
+	return nil
+}
+
+func (v *validator) cidr(p *field.Path, s string) netip.Prefix {
+	pfx, err := netip.ParsePrefix(s)
+	if err != nil || !pfx.Addr().Is4() {
+		v.add(p, "%q is not an IPv4 CIDR such as 10.244.0.0/16", s)
+		return netip.Prefix{}
+	}
+	if pfx.Masked() != pfx {
+		v.add(p, "%q has host bits set; write %s", s, pfx.Masked())
+		return netip.Prefix{}
+	}
+	return pfx
+}
+
+func (v *validator) scaleTest(p *field.Path) {
+	st := v.lab.ScaleTest
+	if st.Workload.Image == "" {
+		v.add(p.Child("workload", "image"), "is required, e.g. %s", DefaultInflateImage)
+	}
+	cpu, cpuOK := v.quantity(p.Child("workload", "cpu"), st.Workload.CPU, "1500m or 2")
+	mem, memOK := v.quantity(p.Child("workload", "memory"), st.Workload.Memory, "512Mi")
+	// An inflate pod bigger than a whole worker never schedules, so the
+	// autoscaler never scales up and the test cannot pass.
+	for i, c := range v.lab.Clusters {
+		w := c.Workers.Size
+		if cpuOK && w.CPUs > 0 && cpu.MilliValue() > int64(w.CPUs)*1000 {
+			v.add(p.Child("workload", "cpu"), "%s is more than a worker of clusters[%d] (%s) has: %d vCPUs; the pods could never run, so the autoscaler would never add a worker", st.Workload.CPU, i, c.Name, w.CPUs)
+		}
+		if wm, err := resource.ParseQuantity(w.Memory); memOK && err == nil && mem.Cmp(wm) > 0 {
+			v.add(p.Child("workload", "memory"), "%s is more than a worker of clusters[%d] (%s) has: %s; the pods could never run, so the autoscaler would never add a worker", st.Workload.Memory, i, c.Name, w.Memory)
+		}
+	}
+	for _, t := range []struct{ name, val string }{
+		{"scaleUp", st.Timeouts.ScaleUp}, {"scaleDown", st.Timeouts.ScaleDown}, {"fromZero", st.Timeouts.FromZero},
+	} {
+		if d, err := time.ParseDuration(t.val); err != nil || d <= 0 {
+			v.add(p.Child("timeouts", t.name), "%q is not a duration such as 15m", t.val)
+		}
+	}
+}
+
+// ipRange is an inclusive range of IPv4 addresses.
+type ipRange struct{ first, last netip.Addr }
+
+func (r ipRange) String() string { return r.first.String() + "-" + r.last.String() }
+
+func (r ipRange) contains(a netip.Addr) bool {
+	return r.first.Compare(a) <= 0 && a.Compare(r.last) <= 0
+}
+
+func (r ipRange) overlaps(o ipRange) bool {
+	return r.first.Compare(o.last) <= 0 && o.first.Compare(r.last) <= 0
+}
+
+func (r ipRange) size() int {
+	a, b := r.first.As4(), r.last.As4()
+	return int(u32(b)-u32(a)) + 1
+}
+
+func u32(b [4]byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func broadcast(p netip.Prefix) netip.Addr {
+	a := p.Addr().As4()
+	n := u32(a) | (1<<(32-p.Bits()) - 1)
+	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+}
+
+func (v *validator) ipRange(p *field.Path, s string) (ipRange, bool) {
+	first, last, ok := strings.Cut(s, "-")
+	if s == "" {
+		v.add(p, "is required: first-last addresses for the nodes, e.g. 192.168.4.40-192.168.4.59")
+		return ipRange{}, false
+	}
+	if !ok {
+		v.add(p, "%q must be first-last, e.g. 192.168.4.40-192.168.4.59", s)
+		return ipRange{}, false
+	}
+	a, okA := v.hostIP(p, strings.TrimSpace(first), true)
+	b, okB := v.hostIP(p, strings.TrimSpace(last), true)
+	if !okA || !okB {
+		return ipRange{}, false
+	}
+	if b.Less(a) {
+		v.add(p, "%q ends before it starts; write the lower address first", s)
+		return ipRange{}, false
+	}
+	return ipRange{a, b}, true
+}

@@ -1,0 +1,301 @@
+// Package doctor checks that labctl can do its job here: the lab config
+// loads, the secrets and keys it names are in place, and the management
+// cluster answers with Cluster API installed. It only reads; it changes
+// nothing.
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/ui"
+)
+
+// Status is the outcome of one check.
+type Status string
+
+// Check outcomes. Only Fail makes doctor exit non-zero.
+const (
+	OK   Status = "ok"
+	Warn Status = "warn"
+	Fail Status = "fail"
+)
+
+// Check is one line of the report.
+type Check struct {
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// Report is everything doctor found; -o json and -o yaml print it whole.
+type Report struct {
+	// Config names where the lab config came from, e.g. examples/lab.yaml
+	// or "built-in local-kvm example".
+	Config string `json:"config"`
+	// Lab is metadata.name when the config loaded.
+	Lab    string  `json:"lab,omitempty"`
+	Checks []Check `json:"checks"`
+	// Management is set when a management cluster kubeconfig was found.
+	Management *Management `json:"management,omitempty"`
+	Failed     int         `json:"failed"`
+	Warnings   int         `json:"warnings"`
+}
+
+// Management is what the management cluster told doctor.
+type Management struct {
+	Kubeconfig string `json:"kubeconfig"`
+	// Stored is true when the kubeconfig is the one labctl keeps for the
+	// lab, false when --kubeconfig named it.
+	Stored        bool   `json:"stored"`
+	Server        string `json:"server,omitempty"`
+	ServerVersion string `json:"serverVersion,omitempty"`
+	// Reachable is true when the server answered.
+	Reachable  bool       `json:"reachable"`
+	ClusterAPI *Component `json:"clusterAPI,omitempty"`
+	Operator   *Component `json:"operator,omitempty"`
+}
+
+// Component is a set of CRDs that together mean a component is installed.
+type Component struct {
+	// Installed is true when every CRD exists and is established.
+	Installed bool `json:"installed"`
+	// ServedVersions are the API versions served by the component's main
+	// CRD (for Cluster API: clusters.cluster.x-k8s.io).
+	ServedVersions []string   `json:"servedVersions,omitempty"`
+	CRDs           []kube.CRD `json:"crds"`
+}
+
+// CRDs doctor looks for.
+const clusterCRD = "clusters.cluster.x-k8s.io"
+
+// operatorCRDs are the provider CRDs of cluster-api-operator v0.28.0.
+var operatorCRDs = []string{
+	"coreproviders.operator.cluster.x-k8s.io",
+	"bootstrapproviders.operator.cluster.x-k8s.io",
+	"controlplaneproviders.operator.cluster.x-k8s.io",
+	"infrastructureproviders.operator.cluster.x-k8s.io",
+	"addonproviders.operator.cluster.x-k8s.io",
+	"ipamproviders.operator.cluster.x-k8s.io",
+	"runtimeextensionproviders.operator.cluster.x-k8s.io",
+}
+
+// Options are the inputs of 'labctl doctor'.
+type Options struct {
+	IO     *ui.IO
+	Output string // text, json or yaml
+	// Request says which lab config to load.
+	Request config.Request
+	// Kubeconfig is --kubeconfig; empty means the one stored for the lab.
+	Kubeconfig string
+	// Timeout bounds the talk with the management cluster (default 15 s).
+	Timeout time.Duration
+}
+
+// ErrFailed means at least one check failed; the report says which.
+var ErrFailed = errors.New("doctor: a check failed")
+
+// Run runs every check, prints the report in o.Output and returns
+// ErrFailed when any check failed.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	r := Diagnose(ctx, o)
+	if err := o.IO.Print(o.Output, r, func(w io.Writer) error { return WriteText(o.IO, w, r) }); err != nil {
+		return r, err
+	}
+	if r.Failed > 0 {
+		return r, ErrFailed
+	}
+	return r, nil
+}
+
+// WriteText prints the report as a CHECK / STATUS / DETAIL table.
+func WriteText(s *ui.IO, w io.Writer, r *Report) error {
+	st := s.Styles(w)
+	rows := make([][]string, 0, len(r.Checks))
+	for _, c := range r.Checks {
+		status := string(c.Status)
+		switch c.Status {
+		case OK:
+			status = st.Success.Render(status)
+		case Warn:
+			status = st.Warning.Render(status)
+		case Fail:
+			status = st.Failure.Render(status)
+		}
+		rows = append(rows, []string{c.Name, status, c.Detail})
+	}
+	return s.Table(w, []string{"CHECK", "STATUS", "DETAIL"}, rows)
+}
+
+// Diagnose runs every check and returns the report without printing it.
+func Diagnose(ctx context.Context, o Options) *Report {
+	r := &Report{}
+	lab, src, err := config.Load(o.Request)
+	r.Config = src.Name
+	if err != nil {
+		r.add("config", Fail, configProblem(src, err))
+	} else {
+		r.Lab = lab.Metadata.Name
+		r.add("config", OK, fmt.Sprintf("%s: lab %q is valid", src.Name, lab.Metadata.Name))
+		for _, h := range lab.Hypervisors {
+			if h.Proxmox != nil {
+				st, detail := checkSecret(h.Proxmox.TokenSecret, h.Proxmox.TokenID)
+				r.add(fmt.Sprintf("proxmox %s token secret", h.Name), st, detail)
+			}
+		}
+		if st, detail, ok := checkSSHKey(lab.Management); ok {
+			r.add("ssh public key", st, detail)
+		}
+	}
+	r.checkManagement(ctx, o, lab)
+	return r
+}
+
+func (r *Report) add(name string, st Status, detail string) {
+	r.Checks = append(r.Checks, Check{Name: name, Status: st, Detail: detail})
+	switch st {
+	case Fail:
+		r.Failed++
+	case Warn:
+		r.Warnings++
+	}
+}
+
+// configProblem is the first problem of a config that did not load, and
+// how many more there are.
+func configProblem(src config.Source, err error) string {
+	var list config.ErrorList
+	if errors.As(err, &list) && len(list) > 0 {
+		msg := list[0].Error()
+		if len(list) > 1 {
+			msg += fmt.Sprintf(" (and %d more; run 'labctl config validate -c %s')", len(list)-1, src.Name)
+		}
+		return msg
+	}
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return msg
+}
+
+// checkSecret says whether a secret reference resolves. It never reads the
+// secret's value into the report.
+func checkSecret(ref config.SecretRef, tokenID string) (Status, string) {
+	switch {
+	case ref.Env != "":
+		v, ok := os.LookupEnv(ref.Env)
+		if !ok {
+			return Fail, fmt.Sprintf("env %s is not set: export %s=<secret of token %s>", ref.Env, ref.Env, tokenID)
+		}
+		if strings.TrimSpace(v) == "" {
+			return Fail, fmt.Sprintf("env %s is set but empty: export the secret of token %s", ref.Env, tokenID)
+		}
+		return OK, fmt.Sprintf("env %s is set", ref.Env)
+	case ref.File != "":
+		path, err := ExpandHome(ref.File)
+		if err != nil {
+			return Fail, err.Error()
+		}
+		fi, err := os.Stat(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return Fail, fmt.Sprintf("file %s does not exist: write the secret of token %s there and chmod 600 it", path, tokenID)
+		case err != nil:
+			return Fail, fmt.Sprintf("file %s: %v", path, errors.Unwrap(err))
+		case fi.IsDir():
+			return Fail, fmt.Sprintf("%s is a folder, not a file holding the token secret", path)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return Fail, fmt.Sprintf("file %s cannot be read: %v", path, errors.Unwrap(err))
+		}
+		f.Close()
+		if fi.Size() == 0 {
+			return Fail, fmt.Sprintf("file %s is empty: write the secret of token %s there", path, tokenID)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			return Warn, fmt.Sprintf("file %s has mode %04o, wider than 0600: chmod 600 %s", path, perm, path)
+		}
+		return OK, fmt.Sprintf("file %s (mode %04o)", path, fi.Mode().Perm())
+	}
+	return Fail, "no env or file named for the token secret"
+}
+
+// checkSSHKey checks the management VM's public key file. ok is false when
+// there is nothing to check.
+func checkSSHKey(m config.Management) (st Status, detail string, ok bool) {
+	inline := ""
+	if n := len(m.SSHPublicKeys); n > 0 {
+		inline = fmt.Sprintf("%d inline key(s)", n)
+	}
+	if m.SSHPublicKeyFile == "" {
+		if inline == "" {
+			return "", "", false
+		}
+		return OK, inline, true
+	}
+	path, err := ExpandHome(m.SSHPublicKeyFile)
+	if err != nil {
+		return Fail, err.Error(), true
+	}
+	data, err := readSmall(path, 64<<10)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Fail, fmt.Sprintf("%s does not exist: create a key with 'ssh-keygen -t ed25519' or set management.sshPublicKeyFile", path), true
+	case err != nil:
+		return Fail, fmt.Sprintf("%s cannot be read: %v", path, err), true
+	}
+	text := strings.TrimSpace(string(data))
+	if strings.Contains(text, "PRIVATE KEY") {
+		return Fail, fmt.Sprintf("%s holds a private key; name the .pub file next to it", path), true
+	}
+	keyType, _, _ := strings.Cut(text, " ")
+	if !isPublicKeyType(keyType) {
+		return Fail, fmt.Sprintf("%s is not an SSH public key (want a line like 'ssh-ed25519 AAAA...')", path), true
+	}
+	detail = fmt.Sprintf("%s (%s)", path, keyType)
+	if inline != "" {
+		detail += ", and " + inline
+	}
+	return OK, detail, true
+}
+
+func isPublicKeyType(t string) bool {
+	return strings.HasPrefix(t, "ssh-") || strings.HasPrefix(t, "ecdsa-sha2-") ||
+		strings.HasPrefix(t, "sk-ssh-") || strings.HasPrefix(t, "sk-ecdsa-")
+}
+
+func readSmall(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.IsDir() {
+		return nil, errors.New("it is a folder")
+	}
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+// ExpandHome replaces a leading ~/ with the user's home folder.
+func ExpandHome(path string) (string, error) {
+	if path != "~" && !strings.HasPrefix(path, "~/") {
+		return path, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("cannot expand %s: the home folder is unknown (HOME is not set)", path)
+	}
+	return filepath.Join(home, strings.TrimPrefix(path, "~")), nil
+}

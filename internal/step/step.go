@@ -1,0 +1,138 @@
+// Package step runs the steps of a command: each looks at the real state,
+// says what it would change, and changes only that. The runner shows one
+// status line per step and supports dry runs.
+package step
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/labctl/labctl/internal/ui"
+)
+
+// Step is one idempotent piece of work.
+type Step struct {
+	Name string
+	// Plan reads the real state and returns the changes Apply would make, as
+	// sentences ("create VM 201 on pv1-1"). Empty means up to date. It must
+	// not change anything: dry runs call it. Nil means the step always runs
+	// (a wait, for example).
+	Plan func(ctx context.Context) ([]string, error)
+	// Apply makes the changes. It must return soon after ctx is cancelled.
+	Apply func(ctx context.Context) error
+}
+
+// Runner runs steps in order, stopping at the first failure.
+type Runner struct {
+	IO     *ui.IO
+	DryRun bool
+	// Verbose ≥ 1 lists each applied change under its step.
+	Verbose int
+}
+
+// Run runs steps in order. It waits for a running step to return after ctx
+// is cancelled, ends its line as interrupted and returns an error that
+// wraps ctx.Err().
+func (r *Runner) Run(ctx context.Context, steps []Step) error {
+	if r.IO == nil {
+		return errors.New("step runner has no IO")
+	}
+	status := r.IO.NewStatus()
+	for _, s := range steps {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("stopped before %s: %w", s.Name, err)
+		}
+		if err := r.run(ctx, status, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Runner) run(ctx context.Context, status *ui.Status, s Step) error {
+	status.Start(s.Name)
+	defer func() {
+		// Stop the spinner so the panic is not drawn over.
+		if p := recover(); p != nil {
+			status.Fail("panic")
+			panic(p)
+		}
+	}()
+	ctx = context.WithValue(ctx, reporterKey{}, status.Update)
+
+	var changes []string
+	if s.Plan != nil {
+		var err error
+		changes, err = s.Plan(ctx)
+		if err != nil {
+			return fail(ctx, status, s.Name, fmt.Errorf("plan: %w", err))
+		}
+		if len(changes) == 0 {
+			status.OK("up to date")
+			return nil
+		}
+	}
+
+	if r.DryRun {
+		if s.Plan == nil {
+			status.Warn("would run")
+			return nil
+		}
+		status.Warn("would change")
+		r.list("would:", changes)
+		return nil
+	}
+
+	if s.Apply == nil {
+		return fail(ctx, status, s.Name, errors.New("step has changes but no Apply"))
+	}
+	if err := s.Apply(ctx); err != nil {
+		return fail(ctx, status, s.Name, err)
+	}
+	status.End(true)
+	if r.Verbose > 0 {
+		r.list("did:", changes)
+	}
+	return nil
+}
+
+// fail ends the step's line and wraps err with the step name. A cancelled
+// or expired ctx is reported as such, whatever error the step returned.
+func fail(ctx context.Context, status *ui.Status, name string, err error) error {
+	cerr := ctx.Err()
+	if cerr == nil {
+		status.End(false)
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	what := "interrupted"
+	if errors.Is(cerr, context.DeadlineExceeded) {
+		what = "timed out"
+	}
+	status.Fail(what + " after " + ui.Duration(status.Elapsed()))
+	if !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
+func (r *Runner) list(verb string, changes []string) {
+	st := r.IO.Styles(r.IO.Err)
+	var b strings.Builder
+	for _, c := range changes {
+		b.WriteString("  " + st.Dim.Render(verb) + " " + c + "\n")
+	}
+	_, _ = fmt.Fprint(r.IO.Err, b.String())
+}
+
+type reporterKey struct{}
+
+// Progress updates the running step's status line from inside Plan or
+// Apply, e.g. Progress(ctx, "waiting for k3s API (%s)", elapsed). Without a
+// runner in ctx it does nothing.
+func Progress(ctx context.Context, format string, args ...any) {
+	if report, ok := ctx.Value(reporterKey{}).(func(string)); ok {
+		report(fmt.Sprintf(format, args...))
+	}
+}

@@ -1,0 +1,301 @@
+// Package testbed starts a real Kubernetes API (kube-apiserver and etcd,
+// built by hack/testenv.sh) for tests, through controller-runtime's envtest,
+// and installs the upstream CRDs a test asks for.
+//
+//	env := testbed.Start(t, testbed.WithCRDs("capi"))
+//	// env.Kubeconfig is a kubeconfig file; env.Config a *rest.Config.
+//
+// Where the binaries are missing the test is skipped with a message saying
+// how to build them, unless CI or LABCTL_REQUIRE_TESTBED is set: then it
+// fails, because a CI run that skips its real tests proves nothing.
+package testbed
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// Environment variables the test bed reads.
+const (
+	// EnvAssets names the folder holding kube-apiserver, etcd and kubectl.
+	EnvAssets = "KUBEBUILDER_ASSETS"
+	// EnvRequire turns a missing test bed from a skip into a failure; so
+	// does CI.
+	EnvRequire = "LABCTL_REQUIRE_TESTBED"
+	// EnvSharedCRDs overrides where the shared upstream CRDs live
+	// (default: ../shared/crds next to the module root).
+	EnvSharedCRDs = "LABCTL_SHARED_CRDS"
+)
+
+// CRD sets by name, as folders under the shared CRDs folder. Their versions
+// are the ones labctl pins.
+var crdSets = map[string][]string{
+	"capi": {
+		"cluster-api-v1.12.11/core",
+		"cluster-api-v1.12.11/bootstrap-kubeadm",
+		"cluster-api-v1.12.11/controlplane-kubeadm",
+	},
+	"capmox":          {"capmox-v0.9.0"},
+	"operator":        {"cluster-api-operator-v0.28.0"},
+	"ipam":            {"ipam-in-cluster-v1.0.3"},
+	"kamaji":          {"kamaji-controlplane-v0.20.0"},
+	"helm-controller": {"k3s-helm-controller-v0.17.7"},
+}
+
+// CRDSets lists the names WithCRDs accepts.
+func CRDSets() []string {
+	names := make([]string, 0, len(crdSets))
+	for n := range crdSets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Env is a running API server with its kubeconfig.
+type Env struct {
+	// Kubeconfig is a kubeconfig file (mode 0600) for an admin user.
+	Kubeconfig string
+	// Config is the same admin user as a REST config.
+	Config *rest.Config
+	// CRDs are the CRDs installed at start.
+	CRDs []*apiextensionsv1.CustomResourceDefinition
+	// StartTime is how long starting (servers and CRDs) took.
+	StartTime time.Duration
+
+	env      *envtest.Environment
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Option changes how Start sets up the test bed.
+type Option func(*options)
+
+type options struct {
+	sets  []string
+	paths []string
+}
+
+// WithCRDs installs CRD sets by name: "capi" (core, kubeadm bootstrap and
+// control plane), "capmox", "operator", "ipam", "kamaji" and
+// "helm-controller". They are read from the shared CRDs folder; where it
+// is absent the test is skipped.
+func WithCRDs(sets ...string) Option {
+	return func(o *options) { o.sets = append(o.sets, sets...) }
+}
+
+// WithCRDPaths installs CRDs from these files or folders as well.
+func WithCRDPaths(paths ...string) Option {
+	return func(o *options) { o.paths = append(o.paths, paths...) }
+}
+
+// Start runs kube-apiserver and etcd for the test and stops them when the
+// test ends. It skips (or fails under CI) when the binaries are missing.
+func Start(t testing.TB, opts ...Option) *Env {
+	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	assets := Assets(t)
+	paths := append(crdPaths(t, o.sets), o.paths...)
+
+	env, err := start(assets, paths)
+	if env != nil {
+		// Registered before checking err: the servers stop also when the
+		// start failed half way.
+		t.Cleanup(func() {
+			if err := env.Stop(); err != nil {
+				t.Errorf("testbed: stopping the API server: %v", err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("testbed: %v", err)
+	}
+	env.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(env.Kubeconfig, env.env.KubeConfig, 0o600); err != nil {
+		t.Fatalf("testbed: writing kubeconfig: %v", err)
+	}
+	t.Logf("testbed: kube-apiserver and etcd ready at %s in %s (%d CRDs)",
+		env.Config.Host, env.StartTime.Round(time.Millisecond), len(env.CRDs))
+	return env
+}
+
+// start starts the servers. On error after the servers were launched it
+// stops them before returning, and still returns the Env so the caller
+// can Stop again safely.
+func start(assets string, crdPaths []string) (*Env, error) {
+	quietControllerRuntime()
+	te := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     crdPaths,
+		ErrorIfCRDPathMissing: true,
+		// envtest's defaults (20 s per server, 10 s for CRDs) are too short
+		// on a loaded 2-core machine running several test packages at once.
+		CRDInstallOptions: envtest.CRDInstallOptions{MaxTime: 2 * time.Minute},
+	}
+	if os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") == "" {
+		te.ControlPlaneStartTimeout = 2 * time.Minute
+	}
+	// Name the binaries outright so a stray KUBEBUILDER_ASSETS elsewhere
+	// cannot swap them.
+	te.ControlPlane.GetAPIServer().Path = filepath.Join(assets, "kube-apiserver")
+	te.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(assets, "etcd")}
+	te.ControlPlane.KubectlPath = filepath.Join(assets, "kubectl")
+
+	env := &Env{env: te}
+	began := time.Now()
+	cfg, err := te.Start()
+	env.StartTime = time.Since(began)
+	if err != nil {
+		if stopErr := env.Stop(); stopErr != nil {
+			err = fmt.Errorf("%w (and stopping what had started: %v)", err, stopErr)
+		}
+		return env, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
+	}
+	env.Config = cfg
+	env.CRDs = te.CRDs
+	return env, nil
+}
+
+// Stop stops the servers. It is safe to call more than once.
+func (e *Env) Stop() error {
+	e.stopOnce.Do(func() { e.stopErr = e.env.Stop() })
+	return e.stopErr
+}
+
+// Required reports whether a missing test bed must fail the test rather
+// than skip it: under CI or LABCTL_REQUIRE_TESTBED.
+func Required() bool {
+	return os.Getenv("CI") != "" || os.Getenv(EnvRequire) != ""
+}
+
+// Assets returns the folder with kube-apiserver, etcd and kubectl:
+// KUBEBUILDER_ASSETS, else .testbed/bin under the module root where
+// hack/testenv.sh puts them. Where they are missing the test is skipped,
+// or fails when Required.
+func Assets(t testing.TB) string {
+	t.Helper()
+	dir, err := findAssets()
+	if err != nil {
+		msg := fmt.Sprintf("testbed: %v; build the test bed with 'make test' (or run hack/testenv.sh and set %s to the folder it prints)", err, EnvAssets)
+		if Required() {
+			t.Fatalf("%s [not skipped: CI or %s is set]", msg, EnvRequire)
+		}
+		t.Skip(msg)
+	}
+	return dir
+}
+
+func findAssets() (string, error) {
+	dir := os.Getenv(EnvAssets)
+	from := "named by " + EnvAssets
+	if dir == "" {
+		root, err := ModuleRoot()
+		if err != nil {
+			return "", fmt.Errorf("%s is not set and %v", EnvAssets, err)
+		}
+		dir = filepath.Join(root, ".testbed", "bin")
+		from = "the default folder, as " + EnvAssets + " is not set"
+	}
+	var missing []string
+	for _, bin := range []string{"kube-apiserver", "etcd", "kubectl"} {
+		fi, err := os.Stat(filepath.Join(dir, bin))
+		if err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+			missing = append(missing, bin)
+		}
+	}
+	if len(missing) > 0 {
+		return "", fmt.Errorf("%s missing in %s (%s)", strings.Join(missing, ", "), dir, from)
+	}
+	return dir, nil
+}
+
+// ModuleRoot walks up from the working directory to the folder holding
+// go.mod.
+func ModuleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding the module root: %w", err)
+	}
+	for dir := wd; ; {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("finding the module root: no go.mod above %s", wd)
+		}
+		dir = parent
+	}
+}
+
+// SharedCRDs returns the shared upstream CRDs folder: LABCTL_SHARED_CRDS,
+// else ../shared/crds next to the module root. Where it is absent the test
+// is skipped.
+func SharedCRDs(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv(EnvSharedCRDs)
+	if dir == "" {
+		root, err := ModuleRoot()
+		if err != nil {
+			t.Fatalf("testbed: %v", err)
+		}
+		dir = filepath.Join(filepath.Dir(root), "shared", "crds")
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Skipf("testbed: the shared upstream CRDs folder %s is absent; this test needs it (set %s to another copy)", dir, EnvSharedCRDs)
+	}
+	return dir
+}
+
+func crdPaths(t testing.TB, sets []string) []string {
+	t.Helper()
+	if len(sets) == 0 {
+		return nil
+	}
+	var paths []string
+	var shared string
+	for _, name := range sets {
+		dirs, ok := crdSets[name]
+		if !ok {
+			t.Fatalf("testbed: unknown CRD set %q (known: %s)", name, strings.Join(CRDSets(), ", "))
+		}
+		if shared == "" {
+			shared = SharedCRDs(t)
+		}
+		for _, d := range dirs {
+			p := filepath.Join(shared, d)
+			if _, err := os.Stat(p); err != nil {
+				t.Skipf("testbed: CRD set %q: %s is absent from the shared CRDs folder", name, p)
+			}
+			paths = append(paths, p)
+		}
+	}
+	return paths
+}
+
+var quietOnce sync.Once
+
+// quietControllerRuntime gives controller-runtime a logger that prints
+// errors only, so it does not complain that none was set.
+func quietControllerRuntime() {
+	quietOnce.Do(func() {
+		ctrllog.SetLogger(funcr.New(func(prefix, args string) {
+			fmt.Fprintln(os.Stderr, "testbed: envtest:", prefix, args)
+		}, funcr.Options{Verbosity: 0}))
+	})
+}

@@ -1,0 +1,109 @@
+// Package versions reads the upstream version pins from embedded/versions.yaml
+// and carries labctl's own build version.
+package versions
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/labctl/labctl/embedded"
+)
+
+// Set by the linker: -X github.com/labctl/labctl/internal/versions.Version=v0.1.0
+var (
+	Version = "dev"
+	Commit  = "none"
+	Date    = "unknown"
+)
+
+// Pins are the upstream versions labctl installs and renders.
+type Pins struct {
+	Kubernetes         string      `yaml:"kubernetes" json:"kubernetes"`
+	K3s                string      `yaml:"k3s" json:"k3s"`
+	CertManager        string      `yaml:"certManager" json:"certManager"`
+	ClusterAPIOperator string      `yaml:"clusterAPIOperator" json:"clusterAPIOperator"`
+	ClusterAPI         string      `yaml:"clusterAPI" json:"clusterAPI"`
+	CAPMOX             string      `yaml:"capmox" json:"capmox"`
+	IPAMInCluster      string      `yaml:"ipamInCluster" json:"ipamInCluster"`
+	KamajiControlPlane string      `yaml:"kamajiControlPlane" json:"kamajiControlPlane"`
+	ClusterAutoscaler  string      `yaml:"clusterAutoscaler" json:"clusterAutoscaler"`
+	Cilium             string      `yaml:"cilium" json:"cilium"`
+	KubeVip            string      `yaml:"kubeVip" json:"kubeVip"`
+	HelmController     string      `yaml:"helmController" json:"helmController"`
+	ImageBuilder       string      `yaml:"imageBuilder" json:"imageBuilder"`
+	Packer             string      `yaml:"packer" json:"packer"`
+	UbuntuImage        UbuntuImage `yaml:"ubuntuImage" json:"ubuntuImage"`
+}
+
+// UbuntuImage is the pinned cloud image for the management VM.
+type UbuntuImage struct {
+	Release     string `yaml:"release" json:"release"`
+	Codename    string `yaml:"codename" json:"codename"`
+	URL         string `yaml:"url" json:"url"`
+	ChecksumURL string `yaml:"checksumURL" json:"checksumURL"`
+}
+
+var (
+	once    sync.Once
+	pins    Pins
+	pinsErr error
+)
+
+// Get returns the pins compiled into this binary.
+func Get() (Pins, error) {
+	once.Do(func() {
+		pins, pinsErr = Parse(embedded.Versions)
+	})
+	return pins, pinsErr
+}
+
+// MustGet is Get for callers that run after the embedded data was tested.
+func MustGet() Pins {
+	p, err := Get()
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// Parse decodes a versions.yaml strictly: an unknown or empty pin is an error.
+func Parse(data []byte) (Pins, error) {
+	var p Pins
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&p); err != nil {
+		return Pins{}, fmt.Errorf("reading embedded versions.yaml: %w", err)
+	}
+	for name, v := range p.Flat() {
+		if v == "" {
+			return Pins{}, fmt.Errorf("reading embedded versions.yaml: %s is not pinned", name)
+		}
+	}
+	return p, nil
+}
+
+// Flat lists every pin by its versions.yaml key.
+func (p Pins) Flat() map[string]string {
+	return map[string]string{
+		"kubernetes":              p.Kubernetes,
+		"k3s":                     p.K3s,
+		"certManager":             p.CertManager,
+		"clusterAPIOperator":      p.ClusterAPIOperator,
+		"clusterAPI":              p.ClusterAPI,
+		"capmox":                  p.CAPMOX,
+		"ipamInCluster":           p.IPAMInCluster,
+		"kamajiControlPlane":      p.KamajiControlPlane,
+		"clusterAutoscaler":       p.ClusterAutoscaler,
+		"cilium":                  p.Cilium,
+		"kubeVip":                 p.KubeVip,
+		"helmController":          p.HelmController,
+		"imageBuilder":            p.ImageBuilder,
+		"packer":                  p.Packer,
+		"ubuntuImage.release":     p.UbuntuImage.Release,
+		"ubuntuImage.url":         p.UbuntuImage.URL,
+		"ubuntuImage.checksumURL": p.UbuntuImage.ChecksumURL,
+	}
+}
