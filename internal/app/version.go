@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"sort"
 
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
@@ -42,15 +41,9 @@ func Version(o VersionOptions) error {
 	}
 	return o.IO.Print(o.Output, info, func(w io.Writer) error {
 		fmt.Fprintf(w, "labctl %s (commit %s, built %s, %s, %s)\n\n", info.Version, info.Commit, info.Date, info.GoVersion, info.Platform)
-		flat := pins.Flat()
-		names := make([]string, 0, len(flat))
-		for k := range flat {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		rows := make([][]string, len(names))
-		for i, k := range names {
-			rows[i] = []string{k, flat[k]}
+		var rows [][]string
+		for _, pin := range pins.List() {
+			rows = append(rows, []string{pin.Name, pin.Version})
 		}
 		return o.IO.Table(w, []string{"COMPONENT", "PINNED VERSION"}, rows)
 	})

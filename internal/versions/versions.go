@@ -77,33 +77,40 @@ func Parse(data []byte) (Pins, error) {
 	if err := dec.Decode(&p); err != nil {
 		return Pins{}, fmt.Errorf("reading embedded versions.yaml: %w", err)
 	}
-	for name, v := range p.Flat() {
-		if v == "" {
-			return Pins{}, fmt.Errorf("reading embedded versions.yaml: %s is not pinned", name)
+	for _, pin := range p.List() {
+		if pin.Version == "" {
+			return Pins{}, fmt.Errorf("reading embedded versions.yaml: %s is not pinned", pin.Name)
 		}
 	}
 	return p, nil
 }
 
-// Flat lists every pin by its versions.yaml key.
-func (p Pins) Flat() map[string]string {
-	return map[string]string{
-		"kubernetes":              p.Kubernetes,
-		"k3s":                     p.K3s,
-		"certManager":             p.CertManager,
-		"clusterAPIOperator":      p.ClusterAPIOperator,
-		"clusterAPI":              p.ClusterAPI,
-		"capmox":                  p.CAPMOX,
-		"ipamInCluster":           p.IPAMInCluster,
-		"kamajiControlPlane":      p.KamajiControlPlane,
-		"clusterAutoscaler":       p.ClusterAutoscaler,
-		"cilium":                  p.Cilium,
-		"kubeVip":                 p.KubeVip,
-		"helmController":          p.HelmController,
-		"imageBuilder":            p.ImageBuilder,
-		"packer":                  p.Packer,
-		"ubuntuImage.release":     p.UbuntuImage.Release,
-		"ubuntuImage.url":         p.UbuntuImage.URL,
-		"ubuntuImage.checksumURL": p.UbuntuImage.ChecksumURL,
+// Pin is one pinned upstream version, named by its versions.yaml key.
+type Pin struct {
+	Name    string
+	Version string
+}
+
+// List gives every pin in versions.yaml order.
+func (p Pins) List() []Pin {
+	return []Pin{
+		{"kubernetes", p.Kubernetes},
+		{"k3s", p.K3s},
+		{"certManager", p.CertManager},
+		{"clusterAPIOperator", p.ClusterAPIOperator},
+		{"clusterAPI", p.ClusterAPI},
+		{"capmox", p.CAPMOX},
+		{"ipamInCluster", p.IPAMInCluster},
+		{"kamajiControlPlane", p.KamajiControlPlane},
+		{"clusterAutoscaler", p.ClusterAutoscaler},
+		{"cilium", p.Cilium},
+		{"kubeVip", p.KubeVip},
+		{"helmController", p.HelmController},
+		{"imageBuilder", p.ImageBuilder},
+		{"packer", p.Packer},
+		{"ubuntuImage.release", p.UbuntuImage.Release},
+		{"ubuntuImage.codename", p.UbuntuImage.Codename},
+		{"ubuntuImage.url", p.UbuntuImage.URL},
+		{"ubuntuImage.checksumURL", p.UbuntuImage.ChecksumURL},
 	}
 }

@@ -1,0 +1,124 @@
+// Package hypervisor is the one interface labctl drives VMs through, with
+// Proxmox VE and libvirt implementations in its subpackages. Use cases know
+// only this package, as kind's create flow knows only its Provider.
+package hypervisor
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+)
+
+// Tag marks every VM labctl creates; LabTag(lab) marks the lab it belongs to.
+const Tag = "labctl"
+
+// LabTag is the tag (Proxmox) or metadata value (libvirt) naming a VM's lab.
+func LabTag(lab string) string { return "labctl-lab-" + lab }
+
+// ErrNotFound is returned when a VM or image does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Driver creates and removes VMs on one hypervisor from lab.yaml. Every
+// method looks at the real state first, so callers can re-run after an
+// interruption and converge. Methods honour ctx cancellation.
+type Driver interface {
+	// Name is the hypervisor's name in lab.yaml.
+	Name() string
+	// EnsureImage puts a cloud image on the host, verified by its checksum,
+	// and does nothing when it is already there.
+	EnsureImage(ctx context.Context, spec ImageSpec) (Image, error)
+	// FindVM returns the labctl VM of this lab with the given name, or ErrNotFound.
+	FindVM(ctx context.Context, lab, name string) (VM, error)
+	// CreateVM creates a stopped VM from spec, with its cloud-init data.
+	CreateVM(ctx context.Context, spec VMSpec) (VM, error)
+	// StartVM starts a VM; starting a running VM is not an error.
+	StartVM(ctx context.Context, vm VM) error
+	// WaitAddress waits until the VM reports an IPv4 address on its first NIC.
+	WaitAddress(ctx context.Context, vm VM) (netip.Addr, error)
+	// ReadFile reads a file inside the guest through its guest agent.
+	ReadFile(ctx context.Context, vm VM, path string) ([]byte, error)
+	// DeleteVM stops the VM and deletes it with its disks and seed media.
+	DeleteVM(ctx context.Context, vm VM) error
+	// ListVMs lists the VMs labctl made for a lab ("" lists every lab's).
+	ListVMs(ctx context.Context, lab string) ([]VM, error)
+	// Capacity reports each node's resources and what its VMs reserve.
+	Capacity(ctx context.Context) ([]NodeCapacity, error)
+}
+
+// ImageSpec is a cloud image to place on a host.
+type ImageSpec struct {
+	Node string // Proxmox node; empty for libvirt
+	URL  string
+	// Checksum is sha256:<hex>; when empty, ChecksumURL lists it.
+	Checksum    string
+	ChecksumURL string
+	// FileName is the name on the host, e.g. noble-server-cloudimg-amd64.qcow2.
+	FileName string
+}
+
+// Image is a cloud image on a host, referenced by a driver-specific volume id
+// (Proxmox: local:import/noble.qcow2; libvirt: the pool volume's path).
+type Image struct {
+	Node   string
+	Volume string
+}
+
+// VMSpec is everything needed to create one VM.
+type VMSpec struct {
+	Lab       string
+	Name      string
+	Node      string // Proxmox node; empty for libvirt
+	ID        int    // Proxmox VMID; 0 picks a free one
+	CPUs      int
+	MemoryMiB int
+	DiskGiB   int
+	Image     Image
+	Network   NetworkSpec
+	CloudInit CloudInit
+	Tags      []string // extra tags beyond Tag and LabTag(Lab)
+}
+
+// NetworkSpec attaches the VM's first NIC.
+type NetworkSpec struct {
+	Bridge  string // Proxmox bridge or libvirt host bridge
+	Network string // libvirt network name
+	VLAN    int
+}
+
+// CloudInit is the VM's NoCloud data. Drivers put it where their platform
+// reads it: a seed ISO, Proxmox's built-in keys, or both.
+type CloudInit struct {
+	Hostname      string
+	User          string
+	SSHKeys       []string
+	UserData      []byte // #cloud-config document
+	NetworkConfig []byte // network-config v2; nil means DHCP
+	// Static address for platforms with built-in keys (Proxmox ipconfig0).
+	Address    netip.Prefix
+	Gateway    netip.Addr
+	DNSServers []netip.Addr
+}
+
+// VM is a VM as the hypervisor reports it.
+type VM struct {
+	Name      string
+	ID        int    // Proxmox VMID; 0 on libvirt
+	Node      string // Proxmox node; empty on libvirt
+	Lab       string
+	Running   bool
+	Template  bool
+	CPUs      int
+	MemoryMiB int
+	Tags      []string
+}
+
+// NodeCapacity is what one node has and what its VMs take.
+type NodeCapacity struct {
+	Node          string
+	CPUs          int
+	MemoryMiB     int
+	ReservedMiB   int // configured memory of every non-template VM, stopped ones too
+	VMs           int
+	RunningVMs    int
+	MemoryUsedMiB int
+}
