@@ -212,6 +212,10 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		seen := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode {
+				w.fail(k, path, "field names must be plain words, got %s", describe(k))
+				continue
+			}
 			child := join(path, k.Value)
 			if first, dup := seen[k.Value]; dup {
 				w.fail(k, child, "is set twice (first on line %d); keep one", first)

@@ -222,7 +222,7 @@ func (v *validator) proxmox(p *field.Path, px *Proxmox) {
 		for _, f := range []struct{ name, val, eg string }{
 			{"storage", n.Storage, "local-lvm"}, {"imageStorage", n.ImageStorage, "local"}, {"bridge", n.Bridge, "vmbr0"},
 		} {
-			if f.val == "" {
+			if strings.TrimSpace(f.val) == "" {
 				v.add(ip.Child(f.name), "is required, e.g. %s", f.eg)
 			}
 		}
