@@ -97,6 +97,10 @@ type CloudInit struct {
 	Address    netip.Prefix
 	Gateway    netip.Addr
 	DNSServers []netip.Addr
+	// SeedISO is the NoCloud seed ISO (label cidata) built by
+	// internal/cloudinit from the fields above. Proxmox uploads it as
+	// content iso and attaches it; nil means built-in keys only.
+	SeedISO []byte
 }
 
 // VM is a VM as the hypervisor reports it.
