@@ -15,6 +15,10 @@ const Tag = "labctl"
 // LabTag is the tag (Proxmox) or metadata value (libvirt) naming a VM's lab.
 func LabTag(lab string) string { return "labctl-lab-" + lab }
 
+// ImageTag is the tag (Proxmox) or metadata value (libvirt) of a node
+// image template that 'labctl image build' made from images[].name.
+func ImageTag(image string) string { return "labctl-image-" + image }
+
 // ErrNotFound is returned when a VM or image does not exist.
 var ErrNotFound = errors.New("not found")
 
