@@ -413,7 +413,7 @@ func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (hypervis
 			err = d.wait(ctx, upid)
 			if err != nil && !isTaskError(err, "already exists") {
 				// The create task may still run (ctx cancelled): remove what it makes.
-				d.cleanup(n.Name, id, upid)
+				d.cleanup(n.Name, id, spec, upid)
 				return hypervisor.VM{}, api(err, "creating VM %d (%s) on node %s", id, spec.Name, n.Name)
 			}
 		}
@@ -421,6 +421,8 @@ func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (hypervis
 			break
 		}
 		if !isExists(err) {
+			// The request may have reached PVE (a timeout, a cancel).
+			d.cleanup(n.Name, id, spec, "")
 			return hypervisor.VM{}, api(err, "creating VM %d (%s) on node %s", id, spec.Name, n.Name)
 		}
 		if spec.ID != 0 {
@@ -441,7 +443,7 @@ func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (hypervis
 			err = d.wait(ctx, upid)
 		}
 		if err != nil {
-			d.cleanup(n.Name, id, "")
+			d.cleanup(n.Name, id, spec, "")
 			return hypervisor.VM{}, api(err, "growing the disk of VM %d to %d GiB (the VM was removed again)", id, spec.DiskGiB)
 		}
 	}
@@ -513,12 +515,34 @@ func (d *Driver) createParams(n config.PVENode, spec hypervisor.VMSpec, seed str
 }
 
 // cleanup removes a VM whose creation did not finish, with its own
-// bounded context: the caller's may be cancelled already.
-func (d *Driver) cleanup(node string, id int, createUPID string) {
+// bounded context: the caller's may be cancelled already. It waits out a
+// create still running and deletes only a VM with this spec's name and
+// tags, so a VMID another client took is never touched.
+func (d *Driver) cleanup(node string, id int, spec hypervisor.VMSpec, createUPID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if createUPID != "" {
 		_ = d.wait(ctx, createUPID)
+	}
+	vm := hypervisor.VM{ID: id, Node: node, Name: spec.Name, Lab: spec.Lab}
+	delay := d.o.Backoff
+	for {
+		s, err := d.status(ctx, vm)
+		if err != nil {
+			return // gone, or unknown: nothing labctl can safely remove
+		}
+		if s.Name != spec.Name || !slices.Contains(splitTags(s.Tags), hypervisor.LabTag(spec.Lab)) {
+			return
+		}
+		if s.Lock != "create" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, d.o.MaxBackoff)
 	}
 	var upid string
 	p := fmt.Sprintf("/nodes/%s/qemu/%d?purge=1&destroy-unreferenced-disks=1", node, id)
@@ -568,8 +592,8 @@ func agentDown(err error) bool {
 	return strings.Contains(s, "guest agent is not running") || strings.Contains(s, "got timeout")
 }
 
-// WaitAddress polls the guest agent, backing off, until the first NIC
-// other than lo reports a global IPv4 address.
+// WaitAddress polls the guest agent, backing off, until a NIC other than
+// lo reports an IPv4 address that is not link-local.
 func (d *Driver) WaitAddress(ctx context.Context, vm hypervisor.VM) (netip.Addr, error) {
 	delay := d.o.Backoff
 	for {
@@ -605,7 +629,7 @@ func firstIPv4(ifaces []agentIface) (netip.Addr, bool) {
 		}
 		for _, a := range i.Addresses {
 			ip, err := netip.ParseAddr(a.IP)
-			if err == nil && ip.Is4() && ip.IsGlobalUnicast() {
+			if err == nil && ip.Is4() && !ip.IsLinkLocalUnicast() && !ip.IsUnspecified() {
 				return ip, true
 			}
 		}

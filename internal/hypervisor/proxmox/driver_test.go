@@ -306,3 +306,20 @@ func TestCapacityCountsStoppedNotTemplates(t *testing.T) {
 		t.Fatalf("capacity %+v", caps)
 	}
 }
+
+func TestWaitAddressReportsGuestOverride(t *testing.T) {
+	srv := pvetest.New(t)
+	srv.OnGuestAddress(func(*pvetest.VM) (string, bool) { return "127.0.0.1/8", true })
+	d, _ := newDriver(t, srv, hv(srv))
+	img := ensureImage(t, d, srv)
+	vm, err := d.CreateVM(ctx(t), mgmtSpec(img, 201))
+	if err == nil {
+		err = d.StartVM(ctx(t), vm)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip, err := d.WaitAddress(ctx(t), vm); err != nil || ip.String() != "127.0.0.1" {
+		t.Fatalf("%v %v", ip, err)
+	}
+}

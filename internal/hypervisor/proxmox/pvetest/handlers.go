@@ -87,7 +87,7 @@ func (c *call) vm() (*Node, *VM, error) {
 		return nil, nil, err
 	}
 	v, ok := c.s.vms[c.int("vmid")]
-	if !ok || v.Node != n.Name || v.Lock == "create" {
+	if !ok || v.Node != n.Name {
 		return nil, nil, fail(500, "Configuration file 'nodes/%s/qemu-server/%s.conf' does not exist", n.Name, c.p["vmid"])
 	}
 	return n, v, nil
@@ -587,6 +587,9 @@ func startVM(c *call) (any, error) {
 	if v.Config["template"] == "1" {
 		return nil, fail(500, "you can't start a vm if it's a template")
 	}
+	if v.Lock != "" {
+		return nil, fail(500, "VM is locked (%s)", v.Lock)
+	}
 	return c.startTask(n.Name, "qmstart", c.p["vmid"], []string{"generating cloud-init ISO"}, func() error {
 		if !v.Running {
 			v.Running = true
@@ -655,7 +658,13 @@ func agentIfaces(c *call) (any, error) {
 		return nil, err
 	}
 	addrs := []map[string]any{}
-	if ip := optValue(v.Config["ipconfig0"], "ip"); ip != "" && ip != "dhcp" {
+	ip := optValue(v.Config["ipconfig0"], "ip")
+	if c.s.addrHook != nil {
+		if a, ok := c.s.addrHook(v); ok {
+			ip = a
+		}
+	}
+	if ip != "" && ip != "dhcp" {
 		a, p, _ := strings.Cut(ip, "/")
 		prefix, _ := strconv.Atoi(p)
 		addrs = append(addrs, map[string]any{"ip-address": a, "ip-address-type": "ipv4", "prefix": prefix})

@@ -59,6 +59,17 @@ type Server struct {
 	// KubeconfigFor answers guest-agent file-read of a VM; nil serves only
 	// files set with SetGuestFile.
 	fileHook func(vm *VM, path string) ([]byte, bool)
+	onReq    func(Request)
+	addrHook func(vm *VM) (string, bool)
+}
+
+// OnGuestAddress overrides the IPv4 address (a.b.c.d/n) the guest agent
+// reports for a VM; by default it is the one in ipconfig0. Tests that go
+// on to talk to the VM use a loopback address here.
+func (s *Server) OnGuestAddress(f func(vm *VM) (string, bool)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addrHook = f
 }
 
 // Node is a PVE node.
@@ -427,8 +438,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) record(r Request) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.log = append(s.log, r)
+	hook := s.onReq
+	s.mu.Unlock()
+	if hook != nil {
+		hook(r)
+	}
+}
+
+// OnRequest calls f after each answered request (e.g. to cancel a client
+// mid-way); nil removes it.
+func (s *Server) OnRequest(f func(Request)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onReq = f
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request, path string, rec *Request) (any, error) {
