@@ -22,6 +22,7 @@ import (
 	pve "github.com/luthermonson/go-proxmox"
 
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor"
 )
 
 // Options tune a Driver. Zero values take the defaults.
@@ -39,6 +40,10 @@ type Options struct {
 	// Backoff is the first retry and task-poll wait (default 250 ms); it
 	// doubles up to MaxBackoff (default 5 s).
 	Backoff, MaxBackoff time.Duration
+	// Seed builds the NoCloud seed ISO (label cidata) from a VM's
+	// cloud-init data when the spec carries user-data but no SeedISO; the
+	// builder is internal/cloudinit's. Nil: built-in keys only.
+	Seed func(hypervisor.CloudInit) ([]byte, error)
 	// Getenv and ReadFile resolve the token secret (default os.Getenv, os.ReadFile).
 	Getenv   func(string) string
 	ReadFile func(string) ([]byte, error)

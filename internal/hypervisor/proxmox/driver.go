@@ -104,6 +104,25 @@ func ImageFileName(spec hypervisor.ImageSpec, sha string) string {
 	return name + ".qcow2"
 }
 
+// FindImage returns the image EnsureImage would place, or
+// hypervisor.ErrNotFound. It only reads (dry runs and plans call it).
+func (d *Driver) FindImage(ctx context.Context, spec hypervisor.ImageSpec) (hypervisor.Image, error) {
+	n, err := d.node(spec.Node)
+	if err != nil {
+		return hypervisor.Image{}, err
+	}
+	sha, err := d.checksum(ctx, spec)
+	if err != nil {
+		return hypervisor.Image{}, err
+	}
+	img := hypervisor.Image{Node: n.Name, Volume: n.ImageStorage + ":import/" + ImageFileName(spec, sha)}
+	have, err := d.hasVolume(ctx, n.Name, n.ImageStorage, "import", img.Volume)
+	if err == nil && !have {
+		err = fmt.Errorf("image %s on node %s: %w", img.Volume, n.Name, hypervisor.ErrNotFound)
+	}
+	return img, err
+}
+
 // EnsureImage downloads the cloud image onto the node's image storage with
 // download-url (content import), verified by PVE against its sha256, and
 // does nothing when the file is already there.
@@ -391,9 +410,15 @@ func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (hypervis
 	if spec.Image.Volume == "" {
 		return hypervisor.VM{}, errors.New("creating a VM needs the cloud image's volume (call EnsureImage first)")
 	}
+	iso := spec.CloudInit.SeedISO
+	if iso == nil && spec.CloudInit.UserData != nil && d.o.Seed != nil {
+		if iso, err = d.o.Seed(spec.CloudInit); err != nil {
+			return hypervisor.VM{}, fmt.Errorf("building the cloud-init seed ISO of %s: %w", spec.Name, err)
+		}
+	}
 	seed := ""
-	if len(spec.CloudInit.SeedISO) > 0 {
-		if seed, err = d.ensureSeed(ctx, n, spec.Lab, spec.Name, spec.CloudInit.SeedISO); err != nil {
+	if len(iso) > 0 {
+		if seed, err = d.ensureSeed(ctx, n, spec.Lab, spec.Name, iso); err != nil {
 			return hypervisor.VM{}, err
 		}
 	}

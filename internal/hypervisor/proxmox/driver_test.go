@@ -1,6 +1,7 @@
 package proxmox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -321,5 +322,48 @@ func TestWaitAddressReportsGuestOverride(t *testing.T) {
 	}
 	if ip, err := d.WaitAddress(ctx(t), vm); err != nil || ip.String() != "127.0.0.1" {
 		t.Fatalf("%v %v", ip, err)
+	}
+}
+
+func TestFindImageOnlyReads(t *testing.T) {
+	srv := pvetest.New(t)
+	d, _ := newDriver(t, srv, hv(srv))
+	spec := hypervisor.ImageSpec{Node: "pv1-1", URL: imageURL, Checksum: "sha256:" + imageSum()}
+	if _, err := d.FindImage(ctx(t), spec); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Fatalf("before: %v", err)
+	}
+	img := ensureImage(t, d, srv)
+	got, err := d.FindImage(ctx(t), spec)
+	if err != nil || got != img {
+		t.Fatalf("after: %+v %v", got, err)
+	}
+	srv.ResetRequests()
+	_, _ = d.FindImage(ctx(t), spec)
+	if srv.Writes() != 0 {
+		t.Error("FindImage wrote")
+	}
+}
+
+func TestSeedBuilderSeam(t *testing.T) {
+	srv := pvetest.New(t)
+	var buf bytes.Buffer
+	o := fastOptions(srv, &buf)
+	var got hypervisor.CloudInit
+	o.Seed = func(ci hypervisor.CloudInit) ([]byte, error) { got = ci; return fakeISO(string(ci.UserData)), nil }
+	d, err := New(hv(srv), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := ensureImage(t, d, srv)
+	spec := mgmtSpec(img, 201)
+	spec.CloudInit.SeedISO, spec.CloudInit.UserData = nil, []byte("#cloud-config\nwrite_files: []\n")
+	if _, err := d.CreateVM(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	iso := srv.VMs()[0].Config["ide3"]
+	vol, _, _ := strings.Cut(iso, ",")
+	data, ok := srv.Volume("pv1-1", "local", vol)
+	if string(got.UserData) != string(spec.CloudInit.UserData) || !ok || !bytes.Contains(data, spec.CloudInit.UserData) {
+		t.Errorf("the seed built from user-data was not uploaded: %q %v", iso, ok)
 	}
 }
