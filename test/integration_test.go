@@ -152,7 +152,7 @@ func (r report) status(t *testing.T, name string) (string, string) {
 
 func doctorJSON(t *testing.T, kubeconfig string) (report, result) {
 	t.Helper()
-	res := run(t, "doctor", "--kubeconfig", kubeconfig, "-c", "examples/lab.yaml", "-o", "json")
+	res := run(t, "doctor", "--skip-hypervisors", "--kubeconfig", kubeconfig, "-c", "examples/lab.yaml", "-o", "json")
 	var rep report
 	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
 		t.Fatalf("doctor -o json (exit %d) is not JSON: %v\nstdout:\n%s\nstderr:\n%s", res.code, err, res.stdout, res.stderr)
@@ -208,7 +208,7 @@ func TestDoctorWithoutClusterAPI(t *testing.T) {
 	}
 
 	// The same, as a table for people.
-	text := run(t, "doctor", "--kubeconfig", env.Kubeconfig, "-c", "examples/lab.yaml")
+	text := run(t, "doctor", "--skip-hypervisors", "--kubeconfig", env.Kubeconfig, "-c", "examples/lab.yaml")
 	if text.code != 0 || !strings.HasPrefix(text.stdout, "CHECK") || !strings.Contains(text.stdout, "Kubernetes v1.35.4 at https://127.0.0.1:") {
 		t.Errorf("doctor text (exit %d):\n%s%s", text.code, text.stdout, text.stderr)
 	}
@@ -220,7 +220,7 @@ func TestDoctorUnreachableFails(t *testing.T) {
 	if err := env.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	res := run(t, "doctor", "--kubeconfig", kc, "-c", "examples/lab.yaml", "-o", "json")
+	res := run(t, "doctor", "--skip-hypervisors", "--kubeconfig", kc, "-c", "examples/lab.yaml", "-o", "json")
 	var rep report
 	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, res.stdout)

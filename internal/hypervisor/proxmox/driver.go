@@ -141,18 +141,46 @@ func (d *Driver) EnsureImage(ctx context.Context, spec hypervisor.ImageSpec) (hy
 	if err != nil || have {
 		return img, err
 	}
-	var upid string
-	err = d.c.Post(ctx, fmt.Sprintf("/nodes/%s/storage/%s/download-url", n.Name, n.ImageStorage), map[string]any{
-		"content": "import", "filename": file, "url": spec.URL,
-		"checksum": sha, "checksum-algorithm": "sha256", "verify-certificates": 1,
-	}, &upid)
+	// An interrupted run may have left its download running: wait for it
+	// rather than fetch the image twice.
+	upid, err := d.activeTask(ctx, n.Name, "download", file)
 	if err != nil {
-		return img, api(err, "downloading %s to %s on node %s", spec.URL, img.Volume, n.Name)
+		return img, err
 	}
-	if err := d.wait(ctx, upid); err != nil {
-		return img, api(err, "downloading %s to %s on node %s", spec.URL, img.Volume, n.Name)
+	if upid == "" {
+		err = d.c.Post(ctx, fmt.Sprintf("/nodes/%s/storage/%s/download-url", n.Name, n.ImageStorage), map[string]any{
+			"content": "import", "filename": file, "url": spec.URL,
+			"checksum": sha, "checksum-algorithm": "sha256", "verify-certificates": 1,
+		}, &upid)
 	}
-	return img, nil
+	if err == nil {
+		err = d.wait(ctx, upid)
+	}
+	if err != nil && strings.Contains(err.Error(), "refusing to override existing file") {
+		// Another download of this very file finished first.
+		if have, herr := d.hasVolume(ctx, n.Name, n.ImageStorage, "import", img.Volume); herr == nil && have {
+			return img, nil
+		}
+	}
+	return img, api(err, "downloading %s to %s on node %s", spec.URL, img.Volume, n.Name)
+}
+
+// activeTask returns the UPID of a running task of type typ and id on node, or "".
+func (d *Driver) activeTask(ctx context.Context, node, typ, id string) (string, error) {
+	var list []struct {
+		UPID string `json:"upid"`
+		ID   string `json:"id"`
+		Type string `json:"type"`
+	}
+	if err := d.c.Get(ctx, fmt.Sprintf("/nodes/%s/tasks?source=active&typefilter=%s", node, typ), &list); err != nil {
+		return "", api(err, "listing the running %s tasks of node %s", typ, node)
+	}
+	for _, t := range list {
+		if t.Type == typ && t.ID == id {
+			return t.UPID, nil
+		}
+	}
+	return "", nil
 }
 
 func (d *Driver) hasVolume(ctx context.Context, node, storage, kind, volid string) (bool, error) {
@@ -308,6 +336,12 @@ func (d *Driver) ensureSeed(ctx context.Context, n config.PVENode, lab, name str
 	upid, err := d.upload(ctx, n.Name, n.ImageStorage, "iso", file, iso)
 	if err == nil {
 		err = d.wait(ctx, upid)
+	}
+	if err != nil && strings.Contains(err.Error(), "refusing to override") {
+		// An interrupted run's upload of the same bytes (same name) landed.
+		if have, herr := d.hasVolume(ctx, n.Name, n.ImageStorage, "iso", volid); herr == nil && have {
+			return volid, nil
+		}
 	}
 	return volid, api(err, "uploading the cloud-init seed %s to node %s", volid, n.Name)
 }

@@ -40,6 +40,7 @@ var routes = map[string]func(*call) (any, error){
 	"DELETE /nodes/{node}/storage/{storage}/content/{volume}":    deleteContent,
 	"POST /nodes/{node}/storage/{storage}/download-url":          downloadURL,
 	"POST /nodes/{node}/storage/{storage}/upload":                uploadFile,
+	"GET /nodes/{node}/tasks":                                    listTasks,
 	"GET /nodes/{node}/tasks/{upid}/status":                      taskStatus,
 	"GET /nodes/{node}/tasks/{upid}/log":                         taskLog,
 	"GET /cluster/nextid":                                        nextID,
@@ -722,4 +723,25 @@ func resizeVM(c *call) (any, error) {
 		v.Config[disk] = file + stripOpt(opts, "size") + fmt.Sprintf(",size=%dG", want)
 		return nil
 	}), nil
+}
+
+// listTasks lists a node's tasks; source=active keeps the running ones.
+func listTasks(c *call) (any, error) {
+	n, err := c.node()
+	if err != nil {
+		return nil, err
+	}
+	out := []map[string]any{}
+	for _, t := range c.s.tasks {
+		if t.Node != n.Name || (c.p["source"] == "active" && t.done) || (c.p["typefilter"] != "" && t.Type != c.p["typefilter"]) {
+			continue
+		}
+		e := map[string]any{"upid": t.UPID, "node": t.Node, "type": t.Type, "id": t.ID, "user": c.user, "starttime": t.start.Unix()}
+		if t.done {
+			e["status"], e["endtime"] = t.exit, t.due.Unix()
+		}
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i]["upid"].(string) < out[j]["upid"].(string) })
+	return out, nil
 }
