@@ -1,6 +1,10 @@
 package cmd
 
-import "github.com/spf13/cobra"
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/labctl/labctl/internal/mgmt"
+)
 
 func newMgmtCmd(g *Globals) *cobra.Command {
 	c := &cobra.Command{
@@ -24,9 +28,13 @@ cloud-init, wait for its API, store its kubeconfig and run 'mgmt install'.
 Every step first looks at what exists: a second run changes nothing, and a
 run that was interrupted picks up where it stopped.`,
 		Example: `  labctl mgmt up -c lab.yaml
-  labctl mgmt up --dry-run`,
+  labctl mgmt up --dry-run      # the built-in one-machine lab when there is no lab.yaml`,
 		Args: cobra.NoArgs,
-		RunE: notImplemented,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return mgmt.Up(cmd.Context(), mgmt.UpOptions{
+				IO: g.IO, Request: g.configRequest(), DryRun: up.DryRun, Verbose: g.Verbose,
+			})
+		},
 	}
 	addChangeFlags(upCmd, &up)
 	installCmd := &cobra.Command{

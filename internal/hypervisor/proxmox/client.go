@@ -21,6 +21,7 @@ import (
 
 	pve "github.com/luthermonson/go-proxmox"
 
+	"github.com/labctl/labctl/internal/cloudinit"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor"
 )
@@ -41,9 +42,9 @@ type Options struct {
 	// doubles up to MaxBackoff (default 5 s).
 	Backoff, MaxBackoff time.Duration
 	// Seed builds the NoCloud seed ISO (label cidata) from a VM's
-	// cloud-init data when the spec carries user-data but no SeedISO; the
-	// builder is internal/cloudinit's. Nil: built-in keys only.
-	Seed func(hypervisor.CloudInit) ([]byte, error)
+	// cloud-init data when the spec carries user-data but no SeedISO
+	// (default: internal/cloudinit's builder, as the libvirt driver uses).
+	Seed func(name string, ci hypervisor.CloudInit) ([]byte, error)
 	// Getenv and ReadFile resolve the token secret (default os.Getenv, os.ReadFile).
 	Getenv   func(string) string
 	ReadFile func(string) ([]byte, error)
@@ -67,6 +68,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxBackoff == 0 {
 		o.MaxBackoff = 5 * time.Second
+	}
+	if o.Seed == nil {
+		o.Seed = buildSeed
 	}
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
@@ -273,4 +277,18 @@ func newClient(name string, p *config.Proxmox, o Options) (*pve.Client, *http.Cl
 		pve.WithLogger(logger{w: log, verbose: o.Verbose}),
 	)
 	return c, hc, nil
+}
+
+// buildSeed is the NoCloud seed of a VM: its user-data, meta-data (with an
+// instance id that changes with the data) and network-config.
+func buildSeed(name string, ci hypervisor.CloudInit) ([]byte, error) {
+	host := ci.Hostname
+	if host == "" {
+		host = name
+	}
+	md, err := cloudinit.MetaData(cloudinit.InstanceID(name, ci.UserData, ci.NetworkConfig), host)
+	if err != nil {
+		return nil, err
+	}
+	return cloudinit.SeedISO(cloudinit.Seed{UserData: ci.UserData, MetaData: md, NetworkConfig: ci.NetworkConfig})
 }

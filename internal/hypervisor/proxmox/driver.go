@@ -446,7 +446,7 @@ func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (hypervis
 	}
 	iso := spec.CloudInit.SeedISO
 	if iso == nil && spec.CloudInit.UserData != nil && d.o.Seed != nil {
-		if iso, err = d.o.Seed(spec.CloudInit); err != nil {
+		if iso, err = d.o.Seed(spec.Name, spec.CloudInit); err != nil {
 			return hypervisor.VM{}, fmt.Errorf("building the cloud-init seed ISO of %s: %w", spec.Name, err)
 		}
 	}
@@ -520,6 +520,10 @@ func (d *Driver) createParams(n config.PVENode, spec hypervisor.VMSpec, seed str
 		bridge = n.Bridge
 	}
 	net := "virtio,bridge=" + bridge
+	if spec.Network.MAC != "" {
+		// The seed's network-config matches the NIC by this MAC.
+		net = "virtio=" + strings.ToUpper(spec.Network.MAC) + ",bridge=" + bridge
+	}
 	if spec.Network.VLAN > 0 {
 		net += ",tag=" + strconv.Itoa(spec.Network.VLAN)
 	}
@@ -703,6 +707,9 @@ func (d *Driver) ReadFile(ctx context.Context, vm hypervisor.VM, file string) ([
 		Truncated pve.IntOrBool `json:"truncated"`
 	}
 	err := d.c.Get(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/agent/file-read?file=%s", vm.Node, vm.ID, url.QueryEscape(file)), &out)
+	if err != nil && strings.Contains(err.Error(), "No such file or directory") {
+		return nil, fmt.Errorf("reading %s in VM %d (%s): %w", file, vm.ID, vm.Name, hypervisor.ErrNotFound)
+	}
 	if err != nil {
 		return nil, api(err, "reading %s in VM %d (%s) through the guest agent", file, vm.ID, vm.Name)
 	}

@@ -349,7 +349,10 @@ func TestSeedBuilderSeam(t *testing.T) {
 	var buf bytes.Buffer
 	o := fastOptions(srv, &buf)
 	var got hypervisor.CloudInit
-	o.Seed = func(ci hypervisor.CloudInit) ([]byte, error) { got = ci; return fakeISO(string(ci.UserData)), nil }
+	o.Seed = func(_ string, ci hypervisor.CloudInit) ([]byte, error) {
+		got = ci
+		return fakeISO(string(ci.UserData)), nil
+	}
 	d, err := New(hv(srv), o)
 	if err != nil {
 		t.Fatal(err)
@@ -365,5 +368,28 @@ func TestSeedBuilderSeam(t *testing.T) {
 	data, ok := srv.Volume("pv1-1", "local", vol)
 	if string(got.UserData) != string(spec.CloudInit.UserData) || !ok || !bytes.Contains(data, spec.CloudInit.UserData) {
 		t.Errorf("the seed built from user-data was not uploaded: %q %v", iso, ok)
+	}
+}
+
+func TestDefaultSeedIsARealNoCloudISO(t *testing.T) {
+	srv := pvetest.New(t)
+	d, _ := newDriver(t, srv, hv(srv))
+	img := ensureImage(t, d, srv)
+	spec := mgmtSpec(img, 201)
+	spec.Network.MAC = "52:54:00:aa:bb:cc"
+	spec.CloudInit.SeedISO = nil
+	spec.CloudInit.UserData = []byte("#cloud-config\nhostname: labctl-mgmt\n")
+	spec.CloudInit.NetworkConfig = []byte("version: 2\n")
+	if _, err := d.CreateVM(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	cfg := srv.VMs()[0].Config
+	if cfg["net0"] != "virtio=52:54:00:AA:BB:CC,bridge=vmbr0,tag=4" {
+		t.Errorf("net0 = %q", cfg["net0"])
+	}
+	vol, _, _ := strings.Cut(cfg["ide3"], ",")
+	data, ok := srv.Volume("pv1-1", "local", vol)
+	if !ok || !bytes.Contains(data, []byte("hostname: labctl-mgmt")) || !bytes.Contains(data, []byte("CIDATA")) && !bytes.Contains(data, []byte("cidata")) {
+		t.Errorf("seed ISO %s: found %v, %d bytes", vol, ok, len(data))
 	}
 }
