@@ -21,6 +21,7 @@ import (
 	"io"
 	"log"
 	"mime"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -60,6 +61,7 @@ type Server struct {
 	// files set with SetGuestFile.
 	fileHook func(vm *VM, path string) ([]byte, bool)
 	onReq    func(Request)
+	addr     string
 	addrHook func(vm *VM) (string, bool)
 }
 
@@ -151,6 +153,10 @@ type fault struct {
 // Option configures New.
 type Option func(*Server)
 
+// WithAddr listens on addr (default 127.0.0.1:0), e.g. 127.0.0.2:0 when a
+// test puts the management VM at 127.0.0.1. Loopback only.
+func WithAddr(addr string) Option { return func(s *Server) { s.addr = addr } }
+
 // WithTaskDelay sets how long tasks stay running (default 30 ms).
 func WithTaskDelay(d time.Duration) Option { return func(s *Server) { s.taskDelay = d } }
 
@@ -182,6 +188,14 @@ func New(t testing.TB, opts ...Option) *Server {
 	}
 	s.AddNode("pv1-1", 29860, 8, "vmbr0")
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	if s.addr != "" {
+		l, err := net.Listen("tcp", s.addr)
+		if err != nil {
+			t.Fatalf("pvetest: listening on %s: %v", s.addr, err)
+		}
+		s.Listener.Close()
+		s.Listener = l
+	}
 	// TLS tests make failed handshakes on purpose; keep them out of the log.
 	s.Config.ErrorLog = log.New(io.Discard, "", 0)
 	s.StartTLS()
