@@ -57,20 +57,40 @@ Waits for each piece; re-running changes nothing.`,
 		RunE:  notImplemented,
 	}
 	addOutputFlag(statusCmd, &statusOut)
+	var kcPath string
+	var kcForce bool
 	kubeconfigCmd := &cobra.Command{
 		Use:   "kubeconfig",
 		Short: "Print the management cluster's kubeconfig, or write it to a file",
-		Args:  cobra.NoArgs,
-		RunE:  notImplemented,
+		Long: `Print the kubeconfig mgmt up stored at
+$XDG_CONFIG_HOME/labctl/<lab>/mgmt.kubeconfig, or write it (mode 0600) to
+the file --write names.`,
+		Example: `  labctl mgmt kubeconfig > ~/.kube/lab
+  labctl mgmt kubeconfig --write ~/.kube/lab`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return mgmt.Kubeconfig(cmd.Context(), mgmt.KubeconfigOptions{
+				IO: g.IO, Request: g.configRequest(), Path: kcPath, Force: kcForce,
+			})
+		},
 	}
+	kubeconfigCmd.Flags().StringVar(&kcPath, "write", "", "write the kubeconfig to this file (mode 0600) instead of printing it")
+	kubeconfigCmd.Flags().BoolVar(&kcForce, "force", false, "overwrite the file --write names")
 	downCmd := &cobra.Command{
 		Use:   "down",
 		Short: "Delete the management VM (only VMs labctl tagged for this lab)",
 		Long: `Stop and delete the VMs labctl created for this lab's management cluster.
 VMs without labctl's tag for this lab are never touched. Asks first unless
 --yes is given.`,
+		Example: `  labctl mgmt down
+  labctl mgmt down --dry-run
+  labctl mgmt down --yes`,
 		Args: cobra.NoArgs,
-		RunE: notImplemented,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return mgmt.Down(cmd.Context(), mgmt.DownOptions{
+				IO: g.IO, Request: g.configRequest(), DryRun: down.DryRun, Yes: down.Yes,
+			})
+		},
 	}
 	addChangeFlags(downCmd, &down)
 	c.AddCommand(upCmd, installCmd, statusCmd, kubeconfigCmd, downCmd)

@@ -35,6 +35,16 @@ const pveImageURL = "https://cloud-images.example/noble/current/noble-server-clo
 
 func proxmoxLab(t *testing.T, srv *pvetest.Server) *config.Lab {
 	t.Helper()
+	lab, err := config.Parse("lab.yaml", proxmoxLabYAML(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lab
+}
+
+// proxmoxLabYAML is the owner's lab.yaml on loopback, aimed at srv.
+func proxmoxLabYAML(t *testing.T, srv *pvetest.Server) []byte {
+	t.Helper()
 	raw, err := os.ReadFile("../../examples/lab.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -56,12 +66,8 @@ func proxmoxLab(t *testing.T, srv *pvetest.Server) *config.Lab {
 	delete(doc, "images")
 	delete(doc, "clusters")
 	out, _ := yaml.Marshal(doc)
-	lab, err := config.Parse("lab.yaml", out)
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Setenv("PVE_TOKEN_SECRET", srv.Secret)
-	return lab
+	return out
 }
 
 type pveBed struct {
@@ -124,8 +130,17 @@ func TestUpOnProxmoxEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("mgmt up: %v\n%s", err, out)
 	}
-	reqs := b.srv.Requests()
-	t.Logf("one mgmt up on Proxmox: %d PVE requests, %d writes", len(reqs), b.srv.Writes())
+	reqs, polls := b.srv.Requests(), 0
+	for _, r := range reqs {
+		if r.Path == "/nodes/{node}/tasks/{upid}/status" || r.Path == "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces" {
+			polls++
+		}
+	}
+	w := b.srv.Writes()
+	t.Logf("one mgmt up on Proxmox: %d PVE requests: %d writes, %d reads, %d polls of tasks and the guest agent", len(reqs), w, len(reqs)-w-polls, polls)
+	if w != 5 {
+		t.Errorf("%d writes, want 5: download-url, upload, create, resize, start", w)
+	}
 
 	vms := b.labVMs(t)
 	if len(vms) != 1 {
