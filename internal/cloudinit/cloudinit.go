@@ -75,14 +75,14 @@ var (
 
 // userData is the #cloud-config document; field order is output order.
 type userData struct {
-	Hostname        string       `yaml:"hostname"`
-	ManageEtcHosts  bool         `yaml:"manage_etc_hosts"`
-	Users           []any        `yaml:"users"`
-	SSHPasswordAuth bool         `yaml:"ssh_pwauth"`
-	DisableRoot     bool         `yaml:"disable_root"`
-	WriteFiles      []writeFile  `yaml:"write_files,omitempty"`
-	RunCmd          [][]string   `yaml:"runcmd,omitempty"`
-	FinalMessage    string       `yaml:"final_message,omitempty"`
+	Hostname        string      `yaml:"hostname"`
+	ManageEtcHosts  bool        `yaml:"manage_etc_hosts"`
+	Users           []any       `yaml:"users"`
+	SSHPasswordAuth bool        `yaml:"ssh_pwauth"`
+	DisableRoot     bool        `yaml:"disable_root"`
+	WriteFiles      []writeFile `yaml:"write_files,omitempty"`
+	RunCmd          [][]string  `yaml:"runcmd,omitempty"`
+	FinalMessage    string      `yaml:"final_message,omitempty"`
 }
 
 type user struct {

@@ -21,8 +21,8 @@ func mgmtConfig() Config {
 		SSHKeys:  []string{key},
 		Files:    []File{{Path: "/etc/labctl/blob", Content: []byte{0, 1, 2, 0xff}, Permissions: "0600"}},
 		K3s: &K3s{
-			Version: "v1.35.4+k3s1",
-			TLSSANs: []string{"10.213.0.10"},
+			Version:   "v1.35.4+k3s1",
+			TLSSANs:   []string{"10.213.0.10"},
 			Manifests: []File{{Path: "cert-manager.yaml", Content: []byte("apiVersion: helm.cattle.io/v1\nkind: HelmChart\n")}},
 		},
 	}

@@ -182,7 +182,9 @@ func upperHalf(p netip.Prefix, gw netip.Addr) (netip.Addr, netip.Addr, error) {
 	return fromBE(first), fromBE(last), nil
 }
 
-func be(a [4]byte) uint32 { return uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) }
+func be(a [4]byte) uint32 {
+	return uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+}
 
 func fromBE(v uint32) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
