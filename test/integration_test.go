@@ -239,3 +239,53 @@ func TestVersionJSON(t *testing.T) {
 		t.Fatalf("labctl version -o json is not valid JSON:\n%s", res.stdout)
 	}
 }
+
+// TestStartsWithoutLibvirt hides libvirt.so.0 from a labctl built with
+// libvirt_dlopen (a private mount namespace binds /dev/null over it): the
+// binary must start and work, and only a command that uses a libvirt
+// hypervisor fails, saying libvirt is missing.
+func TestStartsWithoutLibvirt(t *testing.T) {
+	bin := labctl(t)
+	info, err := exec.Command("go", "version", "-m", bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(info), "-tags=libvirt_dlopen") {
+		t.Skip("labctl was built without -tags libvirt_dlopen (make test sets it)")
+	}
+	if out, err := exec.Command("ldd", bin).Output(); err == nil && strings.Contains(string(out), "libvirt") {
+		t.Fatalf("labctl links libvirt at build time:\n%s", out)
+	}
+	lib, err := filepath.EvalSymlinks("/lib/x86_64-linux-gnu/libvirt.so.0")
+	if err != nil || os.Getuid() != 0 {
+		t.Skip("needs root and an installed libvirt.so.0 to hide")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs unshare")
+	}
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519.pub"), []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINoLibvirt test@labctl\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hidden := func(args string) (string, error) {
+		script := "mount --bind /dev/null " + lib + " && cd " + home + " && exec " + bin + " " + args
+		cmd := exec.CommandContext(t.Context(), "unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, ".config"), "NO_COLOR=1"}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := hidden("version"); err != nil || !strings.Contains(out, "k3s") {
+		t.Fatalf("labctl version without libvirt.so: %v\n%s", err, out)
+	}
+	if out, err := hidden("config validate"); err != nil {
+		t.Fatalf("labctl config validate without libvirt.so: %v\n%s", err, out)
+	}
+	out, err := hidden("mgmt up --dry-run")
+	if err == nil || !strings.Contains(out, "libvirt is not installed on this machine") || !strings.Contains(out, "libvirt hypervisor local") {
+		t.Fatalf("mgmt up without libvirt.so: %v\n%s", err, out)
+	}
+	t.Logf("without libvirt.so: %s", strings.TrimSpace(out))
+}

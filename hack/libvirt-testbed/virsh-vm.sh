@@ -7,6 +7,7 @@
 # Prints "<ip> <seconds from first command to address>" on stdout.
 # Delete with: virsh-vm.sh --delete NAME POOL
 set -euo pipefail
+[ -z "${VIRSH_VM_TRACE:-}" ] || set -x
 v() { virsh -q -c qemu:///system "$@"; }
 if [ "${1:-}" = --delete ]; then
 	name=$2 pool=$3
@@ -66,7 +67,7 @@ XML
 v define "$work/domain.xml" >/dev/null
 v start "$name" >/dev/null
 for _ in $(seq 900); do
-	ip=$(v domifaddr "$name" --source agent 2>/dev/null | awk -v m="$mac" '$2 == m && $3 == "ipv4" {sub("/.*", "", $4); print $4; exit}')
+	ip=$({ v domifaddr "$name" --source agent 2>/dev/null || true; } | awk -v m="$mac" '$2 == m && $3 == "ipv4" {sub("/.*", "", $4); print $4; exit}')
 	if [ -n "$ip" ]; then
 		echo "$ip $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')"
 		exit 0

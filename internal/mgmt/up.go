@@ -252,7 +252,7 @@ func (u *UpRun) Steps() []step.Step {
 		step.Step{Name: "wait for the address of " + m.Name, Apply: u.waitAddress},
 		step.Step{Name: "wait for the k3s API", Apply: u.waitAPI},
 		step.Step{Name: "store the kubeconfig", Plan: u.planKubeconfig, Apply: u.storeKubeconfig},
-		step.Step{Name: "mgmt install", Apply: u.install},
+		step.Step{Name: "mgmt install", Plan: u.planInstall, Apply: u.install},
 	)
 }
 
@@ -534,6 +534,15 @@ func writePrivate(path string, data []byte) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+// planInstall is nil (always run) when there is an installer, and says
+// plainly when there is none: the step will fail.
+func (u *UpRun) planInstall(context.Context) ([]string, error) {
+	if u.opts.Installer != nil {
+		return []string{"install the management stack with mgmt install"}, nil
+	}
+	return []string{"install the management stack: not available in this build, so this step will fail"}, nil
 }
 
 func (u *UpRun) install(ctx context.Context) error {

@@ -15,6 +15,9 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor"
 )
 
+// Supported is true in builds that carry the libvirt driver.
+const Supported = true
+
 // Driver drives one libvirt host. It is safe for concurrent use.
 type Driver struct {
 	opts Options

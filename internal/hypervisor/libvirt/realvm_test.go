@@ -411,9 +411,12 @@ func TestBenchVirshVersusLabctl(t *testing.T) {
 	}
 	script := filepath.Join(moduleRoot(t), "hack", "libvirt-testbed", "virsh-vm.sh")
 	t.Cleanup(func() { _ = exec.Command(script, "--delete", "bench-virsh", realPool).Run() })
-	out, err := exec.CommandContext(ctx, script, "bench-virsh", realPool, realNetwork, h.image.Volume, seedDir, base.Network.MAC, typ).Output()
+	cmd := exec.CommandContext(ctx, script, "bench-virsh", realPool, realNetwork, h.image.Volume, seedDir, base.Network.MAC, typ)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("virsh baseline: %v", err)
+		t.Fatalf("virsh baseline: %v\n%s", err, stderr.String())
 	}
 	var ip string
 	var virshSecs float64

@@ -9,6 +9,9 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor"
 )
 
+// Supported is false: this build has no libvirt driver.
+const Supported = false
+
 // Driver is a stand-in in builds without cgo; New never returns one.
 type Driver struct{ hypervisor.Driver }
 
