@@ -47,6 +47,7 @@ run that was interrupted picks up where it stopped.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return mgmt.Up(cmd.Context(), mgmt.UpOptions{
 				IO: g.IO, Request: g.configRequest(), DryRun: up.DryRun, Verbose: g.Verbose,
+				Installer: &mgmt.StackInstaller{IO: g.IO, Verbose: g.Verbose},
 			})
 		},
 	}

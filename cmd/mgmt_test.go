@@ -55,7 +55,7 @@ func TestMgmtUpDryRunShowsTheDefaultLab(t *testing.T) {
 		"wait for the address of labctl-mgmt (would run)",
 		"wait for the k3s API (would run)",
 		"would: fetch /etc/rancher/k3s/k3s.yaml from the VM",
-		"would: install the management stack: not available in this build, so this step will fail",
+		"would: install the management stack with mgmt install",
 		"dry run: nothing was changed",
 	}
 	if !poolBefore {

@@ -4,15 +4,20 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor"
@@ -21,6 +26,7 @@ import (
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
 )
 
@@ -225,4 +231,89 @@ func TestUpOnProxmoxInterruptedConverges(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUpOnProxmoxIntoRealInstall is the whole of 'labctl mgmt up' on
+// Proxmox: the strict fake PVE makes the VM, its guest agent hands out the
+// test bed's kubeconfig, and the real mgmt install puts the stack onto the
+// real API server (charts from the loopback stand-in repo, stand-in
+// controllers for what a real cluster would run). A second run writes to
+// neither PVE nor the cluster.
+func TestUpOnProxmoxIntoRealInstall(t *testing.T) {
+	repo := standin.ServeRepo(t)
+	env := testbed.Start(t, testbed.WithCRDs("capi", "operator", "helm-controller"))
+	standin.PlayHelmController(t, env.Config)
+	standin.PlayDeployments(t, env.Config, 100*time.Millisecond)
+	standin.PlayOperator(t, env.Config, 100*time.Millisecond)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	b := newPVEBed(t, k3sStyle(t, env.Kubeconfig))
+	b.lab.Management.Stack.ChartRepos = config.ChartRepos{CertManager: repo.URL, ClusterAPIOperator: repo.URL}
+
+	var kubeWrites atomic.Int64
+	var instOut bytes.Buffer
+	inst := &StackInstaller{IO: &ui.IO{Out: &instOut, Err: &instOut}, Timeout: time.Minute, Verbose: 3,
+		Connect: func(path string) (*kube.Client, error) {
+			c, err := kube.Connect(path)
+			if err == nil {
+				c.WrapTransport(func(rt http.RoundTripper) http.RoundTripper {
+					return countWrites{rt, &kubeWrites}
+				})
+			}
+			return c, err
+		}}
+	out, err := b.up(t, t.Context(), inst)
+	if err != nil {
+		t.Fatalf("mgmt up: %v\n%s\n%s", err, out, instOut.String())
+	}
+	vm := b.labVMs(t)[0]
+	seed, _, _ := strings.Cut(vm.Config["ide3"], ",")
+	iso, _ := b.srv.Volume("pv1-1", "local", seed)
+	if !bytes.Contains(iso, []byte("labctl-cert-manager.yaml")) || !bytes.Contains(iso, []byte("kind: HelmChart")) {
+		t.Error("the seed ISO lacks the stack's HelmChart manifests")
+	}
+	path, _ := kube.MgmtKubeconfigPath("home")
+	c, err := kube.Connect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Ctrl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct{ kind, ns, name string }{
+		{"CoreProvider", "capi-system", "cluster-api"},
+		{"InfrastructureProvider", "capmox-system", "proxmox"},
+	} {
+		var list unstructured.UnstructuredList
+		list.SetGroupVersionKind(schema.GroupVersionKind{Group: "operator.cluster.x-k8s.io", Version: "v1alpha2", Kind: p.kind + "List"})
+		if err := cl.List(t.Context(), &list); err != nil || len(list.Items) == 0 {
+			t.Errorf("%s: %v, %d found", p.kind, err, len(list.Items))
+		}
+	}
+	t.Logf("first run: %d PVE requests (%d writes), %d cluster writes", len(b.srv.Requests()), b.srv.Writes(), kubeWrites.Load())
+
+	b.srv.ResetRequests()
+	kubeWrites.Store(0)
+	if out, err := b.up(t, t.Context(), inst); err != nil {
+		t.Fatalf("second mgmt up: %v\n%s", err, out)
+	}
+	if w, k := b.srv.Writes(), kubeWrites.Load(); w != 0 || k != 0 {
+		t.Errorf("second mgmt up: %d PVE writes, %d cluster writes; want 0 and 0", w, k)
+	}
+	if all := out + instOut.String() + b.log.String(); strings.Contains(all, b.srv.Secret) ||
+		strings.Contains(all, base64.StdEncoding.EncodeToString([]byte(b.srv.Secret))) {
+		t.Error("the token secret was printed")
+	}
+}
+
+type countWrites struct {
+	rt http.RoundTripper
+	n  *atomic.Int64
+}
+
+func (c countWrites) RoundTrip(r *http.Request) (*http.Response, error) {
+	if kube.IsWrite(r) {
+		c.n.Add(1)
+	}
+	return c.rt.RoundTrip(r)
 }
