@@ -54,6 +54,7 @@ test: ## run every test; builds the test beds first when they are missing
 	echo "KUBEBUILDER_ASSETS=$$assets"; \
 	if [ "$$(id -u)" = 0 ]; then \
 		image=$$($(LVBED)/build-image.sh | tail -n 1); \
+		export LABCTL_TESTBED_OWNER=$$$$; \
 		trap '$(LVBED)/host-down.sh' EXIT; \
 		$(LVBED)/host-up.sh; \
 		export LABCTL_TEST_IMAGE=$$image LABCTL_REQUIRE_LIBVIRT=1; \

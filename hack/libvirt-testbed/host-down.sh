@@ -1,15 +1,32 @@
 #!/usr/bin/env bash
-# Undoes host-up.sh and anything the real-VM tests left behind: labctl
-# test domains, their volumes, the labctl-test pool and network and its
-# FORWARD reject rule; then stops, by PID, only the daemons host-up.sh
-# started, removes libvirt's empty LIBVIRT_* chains and restores
-# ip_forward. Safe to run any number of times.
+# Undoes host-up.sh for one user of the test bed (LABCTL_TESTBED_OWNER,
+# default: the caller's PID). When no other live user is left, it also
+# removes what tests left behind (domains labctl-test-*/bench-*, the pool
+# and network labctl-test and its FORWARD rule), stops by PID only the
+# daemons host-up.sh started, removes libvirt's empty LIBVIRT_* chains and
+# restores ip_forward. Safe to run any number of times.
 set -uo pipefail
-state=${LABCTL_TESTBED_STATE:-/run/labctl-testbed}
+state=${LABCTL_TESTBED_STATE:-/run/labctl-libvirt-testbed}
+lock=/run/lock/labctl-libvirt-testbed.lock
+owner=${LABCTL_TESTBED_OWNER:-$PPID}
+if [ -z "${LABCTL_TESTBED_LOCKED:-}" ]; then
+	LABCTL_TESTBED_LOCKED=1 LABCTL_TESTBED_OWNER=$owner exec flock -o "$lock" "$0" "$@"
+fi
 net=labctl-test
 pool=labctl-test
 bridge=lc-$net
 v() { virsh -q -c qemu:///system "$@" 2>/dev/null; }
+
+rm -f "$state/users/$owner"
+others=()
+for u in "$state"/users/*; do
+	[ -e "$u" ] || continue
+	if kill -0 "$(basename "$u")" 2>/dev/null; then others+=("$(basename "$u")"); else rm -f "$u"; fi
+done
+if [ ${#others[@]} -gt 0 ]; then
+	echo "host-down: libvirt stays up for the other test runs on this machine (pids ${others[*]})" >&2
+	exit 0
+fi
 
 if [ -S /run/libvirt/libvirt-sock ]; then
 	for d in $(v list --all --name); do
@@ -70,5 +87,5 @@ if [ -f "$state/ip_forward" ]; then
 	cat "$state/ip_forward" >/proc/sys/net/ipv4/ip_forward
 	rm -f "$state/ip_forward"
 fi
-rmdir "$state" 2>/dev/null
+rmdir "$state/users" "$state" 2>/dev/null
 true

@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
 # Starts libvirt by hand for the real-VM tests: virtlogd and libvirtd
-# (there is no systemd here). Records what it started, and the host's
-# ip_forward, so host-down.sh restores the machine exactly. Idempotent:
-# daemons already running are left alone and not recorded.
+# (there is no systemd here), and records what it started and the host's
+# ip_forward, so host-down.sh restores the machine exactly.
+#
+# Several checkouts on one machine may run their tests at once, and there
+# is one libvirtd per machine. So each run registers as a user of the test
+# bed (LABCTL_TESTBED_OWNER, default: the caller's PID), daemons already
+# running are shared, and host-down.sh stops them only when the last live
+# user leaves. The real-VM tests themselves take turns through a lock
+# (/run/lock/labctl-libvirt-vms.lock), because their network must be
+# 10.213.0.0/24 and there can be only one such network.
 #
 # libvirtd runs under "tini -s", a subreaper: the init process here does
 # not reap orphans, so the qemu processes libvirt probes and kills would
-# stay zombies, and libvirt waits on each zombie for ~15 s (a VM define
-# then seems to hang).
-#
-# The tests make their own NAT network (labctl-test, 10.213.0.0/24) through
-# labctl's driver and reject any forwarding off its bridge; libvirt's
-# "default" network (192.168.122.0/24) is never started.
+# stay zombies, and libvirt waits on each zombie (a VM define then seems
+# to hang).
 set -euo pipefail
-state=${LABCTL_TESTBED_STATE:-/run/labctl-testbed}
+state=${LABCTL_TESTBED_STATE:-/run/labctl-libvirt-testbed}
+lock=/run/lock/labctl-libvirt-testbed.lock
+owner=${LABCTL_TESTBED_OWNER:-$PPID}
 [ "$(id -u)" = 0 ] || { echo "host-up: must run as root" >&2; exit 1; }
+if [ -z "${LABCTL_TESTBED_LOCKED:-}" ]; then
+	# One host-up or host-down at a time; -o keeps the lock out of the daemons.
+	LABCTL_TESTBED_LOCKED=1 LABCTL_TESTBED_OWNER=$owner exec flock -o "$lock" "$0" "$@"
+fi
 for tool in libvirtd virtlogd virsh qemu-system-x86_64 iptables tini; do
 	command -v "$tool" >/dev/null || { echo "host-up: $tool is missing; apt-get install --no-install-recommends libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils dnsmasq-base iptables tini" >&2; exit 1; }
 done
-mkdir -p "$state"
+mkdir -p "$state/users"
+touch "$state/users/$owner"
 [ -f "$state/ip_forward" ] || cat /proc/sys/net/ipv4/ip_forward >"$state/ip_forward"
 
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }

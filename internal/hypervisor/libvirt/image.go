@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"libvirt.org/go/libvirt"
 
@@ -247,6 +246,3 @@ func (d *Driver) uploadBytes(ctx context.Context, p *libvirt.StoragePool, name s
 	}
 	return nil
 }
-
-// cleanupTimeout bounds cleanups that run after ctx was cancelled.
-const cleanupTimeout = 30 * time.Second

@@ -11,6 +11,8 @@ package libvirt
 // Everything stays on this machine: the image is served on loopback, and
 // the VMs sit on the test's own NAT network labctl-test (10.213.0.0/24),
 // whose bridge may forward nothing off itself (an iptables REJECT rule).
+// There can be one such network per machine, so runs from several
+// checkouts take turns through vmLock.
 
 import (
 	"bufio"
@@ -31,6 +33,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,6 +46,7 @@ const (
 	realPool    = "labctl-test"
 	realLab     = "labctl-test"
 	libvirtSock = "/run/libvirt/libvirt-sock"
+	vmLock      = "/run/lock/labctl-libvirt-vms.lock"
 	bootTimeout = 10 * time.Minute // TCG on 2 busy cores
 )
 
@@ -97,6 +101,7 @@ func newRealHost(t *testing.T) *realHost {
 	if err != nil {
 		skipOrFail(t, "the test image is missing: "+err.Error())
 	}
+	takeTurn(t)
 	ctx := t.Context()
 	d, err := New(ctx, Options{
 		Name: "testbed", URI: "qemu:///system", Pool: realPool, PoolPath: "/var/lib/libvirt/images/" + realPool,
@@ -127,6 +132,31 @@ func newRealHost(t *testing.T) *realHost {
 	t.Logf("image uploaded into pool %s by stream and verified in %s", realPool, time.Since(began).Round(time.Millisecond))
 	h.pubKey = newAuthorizedKey(t)
 	return h
+}
+
+// takeTurn holds the machine-wide real-VM lock until the test ends (its
+// cleanup runs after the test's own, which removes the network and VMs).
+func takeTurn(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile(vmLock, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatalf("opening the real-VM lock: %v", err)
+	}
+	began := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("taking the real-VM lock %s: %v", vmLock, err)
+		}
+	case <-t.Context().Done():
+		t.Fatalf("waiting for the real-VM lock %s: %v", vmLock, t.Context().Err())
+	}
+	if waited := time.Since(began); waited > time.Second {
+		t.Logf("waited %s for another real-VM run on this machine", waited.Round(time.Second))
+	}
+	t.Cleanup(func() { _ = f.Close() }) // closing releases the lock
 }
 
 // fence rejects anything the bridge would forward off itself, so guests
@@ -391,6 +421,7 @@ func mustType(t *testing.T, d *Driver) string {
 // genisoimage (hack/libvirt-testbed/virsh-vm.sh) and once by labctl's
 // driver, create to address; then two labctl VMs at once. It runs only
 // with LABCTL_BENCH=1 (make bench-libvirt): four TCG boots take minutes.
+// LABCTL_BENCH_LABCTL_FIRST=1 swaps the order of the first two.
 func TestBenchVirshVersusLabctl(t *testing.T) {
 	if os.Getenv("LABCTL_BENCH") == "" {
 		t.Skip("set LABCTL_BENCH=1 (make bench-libvirt) to run the virsh benchmark")
@@ -401,43 +432,58 @@ func TestBenchVirshVersusLabctl(t *testing.T) {
 	typ := mustType(t, h.d)
 
 	// Baseline: virsh with the same documents labctl renders.
-	base := h.vmSpec(t, "bench-virsh", "10.213.0.11", randomToken(t))
-	seedDir := t.TempDir()
-	md, _ := cloudinit.MetaData(cloudinit.InstanceID(base.Name, base.CloudInit.UserData, base.CloudInit.NetworkConfig), base.Name)
-	for name, data := range map[string][]byte{"user-data": base.CloudInit.UserData, "meta-data": md, "network-config": base.CloudInit.NetworkConfig} {
-		if err := os.WriteFile(filepath.Join(seedDir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	script := filepath.Join(moduleRoot(t), "hack", "libvirt-testbed", "virsh-vm.sh")
-	t.Cleanup(func() { _ = exec.Command(script, "--delete", "bench-virsh", realPool).Run() })
-	cmd := exec.CommandContext(ctx, script, "bench-virsh", realPool, realNetwork, h.image.Volume, seedDir, base.Network.MAC, typ)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("virsh baseline: %v\n%s", err, stderr.String())
-	}
-	var ip string
 	var virshSecs float64
-	if _, err := fmt.Sscanf(string(out), "%s %g", &ip, &virshSecs); err != nil || ip != "10.213.0.11" {
-		t.Fatalf("virsh baseline printed %q (%v)", out, err)
+	viaVirsh := func() {
+		base := h.vmSpec(t, "bench-virsh", "10.213.0.11", randomToken(t))
+		seedDir := t.TempDir()
+		md, _ := cloudinit.MetaData(cloudinit.InstanceID(base.Name, base.CloudInit.UserData, base.CloudInit.NetworkConfig), base.Name)
+		for name, data := range map[string][]byte{"user-data": base.CloudInit.UserData, "meta-data": md, "network-config": base.CloudInit.NetworkConfig} {
+			if err := os.WriteFile(filepath.Join(seedDir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { _ = exec.Command(script, "--delete", "bench-virsh", realPool).Run() })
+		cmd := exec.CommandContext(ctx, script, "bench-virsh", realPool, realNetwork, h.image.Volume, seedDir, base.Network.MAC, typ)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("virsh baseline: %v\n%s", err, stderr.String())
+		}
+		var ip string
+		if _, err := fmt.Sscanf(string(out), "%s %g", &ip, &virshSecs); err != nil || ip != "10.213.0.11" {
+			t.Fatalf("virsh baseline printed %q (%v)", out, err)
+		}
+		_ = exec.Command(script, "--delete", "bench-virsh", realPool).Run()
 	}
-	_ = exec.Command(script, "--delete", "bench-virsh", realPool).Run()
 
 	// labctl, same VM.
-	vm, addr, took, err := h.boot(ctx, h.vmSpec(t, "bench-labctl", "10.213.0.12", randomToken(t)))
-	if err != nil {
-		t.Fatal(err)
+	var took time.Duration
+	viaLabctl := func() {
+		vm, addr, d, err := h.boot(ctx, h.vmSpec(t, "bench-labctl", "10.213.0.12", randomToken(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addr.String() != "10.213.0.12" {
+			t.Errorf("labctl VM address %s", addr)
+		}
+		if err := h.d.DeleteVM(ctx, vm); err != nil {
+			t.Fatal(err)
+		}
+		took = d
 	}
-	if addr.String() != "10.213.0.12" {
-		t.Errorf("labctl VM address %s", addr)
-	}
-	if err := h.d.DeleteVM(ctx, vm); err != nil {
-		t.Fatal(err)
+	order := "virsh first"
+	if os.Getenv("LABCTL_BENCH_LABCTL_FIRST") != "" {
+		order = "labctl first"
+		viaLabctl()
+		viaVirsh()
+	} else {
+		viaVirsh()
+		viaLabctl()
 	}
 	ratio := took.Seconds() / virshSecs
-	t.Logf("BENCH create-to-address (%s guest): virsh+genisoimage %.1fs, labctl %.1fs, ratio %.2f (goal <= 1.1)", typ, virshSecs, took.Seconds(), ratio)
+	t.Logf("BENCH create-to-address (%s guest, %s): virsh+genisoimage %.1fs, labctl %.1fs, ratio %.2f (goal <= 1.1)", typ, order, virshSecs, took.Seconds(), ratio)
 
 	// Two labctl VMs at once.
 	var wg sync.WaitGroup

@@ -609,3 +609,32 @@ func TestNewExplainsConnectFailures(t *testing.T) {
 		t.Log("connect finished before the cancelled context was seen")
 	}
 }
+
+func TestConnectURI(t *testing.T) {
+	for in, want := range map[string]string{
+		"qemu:///system":                            "qemu:///system",
+		"qemu+tls://kvm1.lab/system":                "qemu+tls://kvm1.lab/system",
+		"qemu+ssh://me@kvm1/system":                 "qemu+ssh://me@kvm1/system?no_tty=1",
+		"qemu+ssh://me@kvm1/system?keyfile=/k/id":   "qemu+ssh://me@kvm1/system?keyfile=%2Fk%2Fid&no_tty=1",
+		"qemu+ssh://me@kvm1/system?no_tty=0":        "qemu+ssh://me@kvm1/system?no_tty=0",
+		"qemu+libssh2://me@kvm1/system?known_hosts": "qemu+libssh2://me@kvm1/system?known_hosts",
+	} {
+		got, err := connectURI(in)
+		if err != nil || got != want {
+			t.Errorf("connectURI(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+func TestExplainConnect(t *testing.T) {
+	for msg, want := range map[string]string{
+		"Failed to open libvirt.so.0": "apt-get install libvirt0",
+		"Failed to connect socket to '/var/run/libvirt/libvirt-sock': No such file or directory": "is libvirtd running?",
+		"Host key verification failed.":            "known_hosts",
+		"authentication failed: Permission denied": "libvirt group",
+	} {
+		if got := explainConnect(errors.New(msg)).Error(); !strings.Contains(got, want) {
+			t.Errorf("explainConnect(%q) = %q; want it to mention %q", msg, got, want)
+		}
+	}
+}
