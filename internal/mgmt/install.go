@@ -291,8 +291,14 @@ func (in *installer) planProvider(ctx context.Context, c *components.Component) 
 func (in *installer) applyProvider(ctx context.Context, c *components.Component) error {
 	p := c.Provider
 	// The Provider CR needs its CRD, which the operator's chart brings.
-	if err := in.kc.WaitFor(ctx, kube.CRDGVK, "", []string{crdOf(p)}, kube.CRDEstablished(), in.o.Timeout); err != nil {
+	served, err := in.kc.Serves(p.GVK)
+	if err != nil {
 		return err
+	}
+	if !served {
+		if err := in.kc.WaitFor(ctx, kube.CRDGVK, "", []string{crdOf(p)}, kube.CRDEstablished(), in.o.Timeout); err != nil {
+			return err
+		}
 	}
 	if _, err := in.kc.Apply(ctx, c.Objects, kube.ApplyOptions{}); err != nil {
 		return err
