@@ -127,6 +127,13 @@ func (c *Client) resource(gvk schema.GroupVersionKind, namespace string) (dynami
 	return dc.Resource(m.Resource).Namespace(namespace), true, nil
 }
 
+// Serves reports whether the server serves kind gvk. For a custom kind
+// that means its CRD is Established: discovery lists it only then.
+func (c *Client) Serves(gvk schema.GroupVersionKind) (bool, error) {
+	_, served, err := c.resource(gvk, "")
+	return served, err
+}
+
 // Get reads one object; found is false when it (or its kind) does not
 // exist.
 func (c *Client) Get(ctx context.Context, ref Ref) (obj *unstructured.Unstructured, found bool, err error) {

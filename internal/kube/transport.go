@@ -21,11 +21,12 @@ func (c *Client) WrapTransport(wrap func(http.RoundTripper) http.RoundTripper) {
 	}
 }
 
-// LogRequests prints one line per request to w: method, URL, status and
-// time taken, as kubectl -v=6 does. Bodies are never printed: they can
+// LogRequests prints one line per request to w: when it started (since
+// the first), method, URL, status and time taken, as kubectl -v=6 does. Bodies are never printed: they can
 // hold secrets.
 func (c *Client) LogRequests(w io.Writer) {
 	var mu sync.Mutex
+	start := time.Now()
 	c.WrapTransport(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			began := time.Now()
@@ -35,7 +36,7 @@ func (c *Client) LogRequests(w io.Writer) {
 				status = resp.Status
 			}
 			mu.Lock()
-			fmt.Fprintf(w, "kube: %s %s %s in %s\n", r.Method, r.URL.Redacted(), status, time.Since(began).Round(time.Millisecond))
+			fmt.Fprintf(w, "kube: +%.3fs %s %s %s in %s\n", began.Sub(start).Seconds(), r.Method, r.URL.Redacted(), status, time.Since(began).Round(time.Millisecond))
 			mu.Unlock()
 			return resp, err
 		})

@@ -54,7 +54,8 @@ type Watch struct {
 // Until watches w until done says the objects it sees are as wanted, or
 // timeout passes. done gets every object seen so far, by name; what names
 // the objects and condition in the timeout error and, with now, in
-// progress reports. Until never polls: it lists once and then watches.
+// progress reports. Until never polls: it reads once, and when that is not
+// yet it, watches.
 func (c *Client) Until(ctx context.Context, w Watch, what, condition string, timeout time.Duration, done func(objs map[string]*unstructured.Unstructured) (ok bool, now string)) error {
 	ri, served, err := c.resource(w.GVK, w.Namespace)
 	if err != nil {
@@ -80,8 +81,24 @@ func (c *Client) Until(ctx context.Context, w Watch, what, condition string, tim
 		},
 	}
 
-	var mu sync.Mutex
+	// One read first: most waits on a cluster that is already as wanted
+	// end here, without the watch's start-up cost.
+	var first metav1.ListOptions
+	opts(&first)
+	l, err := ri.List(ctx, first)
+	if err != nil {
+		return fmt.Errorf("waiting for %s to be %s: %w", what, condition, err)
+	}
 	seen := map[string]*unstructured.Unstructured{}
+	for i := range l.Items {
+		seen[l.Items[i].GetName()] = &l.Items[i]
+	}
+	if ok, _ := done(seen); ok {
+		return nil
+	}
+	clear(seen)
+
+	var mu sync.Mutex
 	last := "nothing seen yet"
 	eval := func() bool {
 		ok, now := done(seen)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -128,6 +129,9 @@ func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
 	}
 	if o.Charts == "" {
 		o.Charts = Auto
+	}
+	if !slices.Contains(ChartModes, o.Charts) {
+		return nil, fmt.Errorf("--charts %q: must be one of auto, helm-controller, helm-sdk", o.Charts)
 	}
 	if o.Output != "" && o.Output != "text" && !o.DryRun {
 		return nil, fmt.Errorf("-o %s prints the objects of a dry run; add --dry-run", o.Output)
@@ -291,8 +295,14 @@ func (in *installer) planProvider(ctx context.Context, c *components.Component) 
 func (in *installer) applyProvider(ctx context.Context, c *components.Component) error {
 	p := c.Provider
 	// The Provider CR needs its CRD, which the operator's chart brings.
-	if err := in.kc.WaitFor(ctx, kube.CRDGVK, "", []string{crdOf(p)}, kube.CRDEstablished(), in.o.Timeout); err != nil {
+	served, err := in.kc.Serves(p.GVK)
+	if err != nil {
 		return err
+	}
+	if !served {
+		if err := in.kc.WaitFor(ctx, kube.CRDGVK, "", []string{crdOf(p)}, kube.CRDEstablished(), in.o.Timeout); err != nil {
+			return err
+		}
 	}
 	if _, err := in.kc.Apply(ctx, c.Objects, kube.ApplyOptions{}); err != nil {
 		return err

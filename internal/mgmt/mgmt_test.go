@@ -509,3 +509,99 @@ func TestEmitK3sManifests(t *testing.T) {
 		t.Error("writing the same manifests again rewrote the file")
 	}
 }
+
+// An air-gapped install: charts from .tgz files, providers from ConfigMaps
+// the operator finds through spec.fetchConfig.selector.
+// Both ways charts go in: the Helm SDK reads the .tgz, and a HelmChart
+// carries it in spec.chartContent to helm-controller.
+func TestOfflineInstall(t *testing.T) {
+	t.Run("helm-sdk", func(t *testing.T) { offlineInstall(t, mgmt.HelmSDK) })
+	t.Run("helm-controller", func(t *testing.T) { offlineInstall(t, mgmt.HelmController) })
+}
+
+func offlineInstall(t *testing.T, mode mgmt.ChartMode) {
+	sets := []string{"capi"}
+	if mode == mgmt.HelmController {
+		sets = append(sets, "operator", "helm-controller")
+	}
+	b := newBed(t, sets...)
+	lab := ownerLab(t, "http://127.0.0.1:1/no-network-here")
+	dir := t.TempDir()
+	standin.Pinned(t, dir)
+	// A core components file too big for a plain ConfigMap.
+	big := strings.Repeat("# padding so the components must be gzipped\n", 20000)
+	for _, p := range []struct{ label, version, file, content string }{
+		{"cluster-api", "v1.12.11", "core-components.yaml", big},
+		{"bootstrap-kubeadm", "v1.12.11", "bootstrap-components.yaml", "# bootstrap\n"},
+		{"control-plane-kubeadm", "v1.12.11", "control-plane-components.yaml", "# kcp\n"},
+		{"infrastructure-proxmox", "v0.9.0", "infrastructure-components.yaml", "# capmox\n"},
+		{"ipam-in-cluster", "v1.0.3", "ipam-components.yaml", "# ipam\n"},
+	} {
+		d := filepath.Join(dir, p.label, p.version)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, p.file), []byte(p.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		md := "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries: []\n"
+		if err := os.WriteFile(filepath.Join(d, "metadata.yaml"), []byte(md), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	standin.PlayDeployments(t, b.env.Config, 0)
+	standin.PlayOperator(t, b.env.Config, 0)
+	if mode == mgmt.HelmController {
+		standin.PlayHelmController(t, b.env.Config)
+	}
+
+	o, err := install(t, b, lab, func(o *mgmt.InstallOptions) { o.OfflineDir = dir; o.Charts = mode })
+	if err != nil {
+		t.Fatalf("install: %v\n%s", err, o.stderr.String())
+	}
+	checkSteps(t, o.stderr.String(), "")
+	checkProviders(t, b)
+	if mode == mgmt.HelmController {
+		hc := get(t, b, schema.GroupVersionKind{Group: "helm.cattle.io", Version: "v1", Kind: "HelmChart"}, "kube-system", "cert-manager")
+		data, _ := os.ReadFile(filepath.Join(dir, "cert-manager-v1.21.2.tgz"))
+		if str(hc, "spec", "chartContent") != base64.StdEncoding.EncodeToString(data) || str(hc, "spec", "repo") != "" {
+			t.Errorf("offline HelmChart spec: repo %q, chartContent of %d bytes", str(hc, "spec", "repo"), len(str(hc, "spec", "chartContent")))
+		}
+	}
+
+	// Find each provider's components as the operator does: by its selector,
+	// in its namespace, the version from the label.
+	for _, p := range []struct{ kind, ns, name, version string }{
+		{"CoreProvider", "capi-system", "cluster-api", "v1.12.11"},
+		{"InfrastructureProvider", "capmox-system", "proxmox", "v0.9.0"},
+	} {
+		cr := get(t, b, provider(p.kind), p.ns, p.name)
+		sel, _, _ := unstructured.NestedStringMap(cr.Object, "spec", "fetchConfig", "selector", "matchLabels")
+		var parts []string
+		for k, v := range sel {
+			parts = append(parts, k+"="+v)
+		}
+		cms, err := b.client.List(ctx(t), schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, p.ns, strings.Join(parts, ","))
+		if err != nil || len(cms) != 1 {
+			t.Fatalf("%s: %d ConfigMaps match %v (%v)", p.kind, len(cms), sel, err)
+		}
+		cm := cms[0]
+		if cm.GetLabels()["provider.cluster.x-k8s.io/version"] != p.version {
+			t.Errorf("%s ConfigMap version label = %v", p.kind, cm.GetLabels())
+		}
+		_, hasMeta, _ := unstructured.NestedString(cm.Object, "data", "metadata")
+		_, plain, _ := unstructured.NestedString(cm.Object, "data", "components")
+		_, zipped, _ := unstructured.NestedString(cm.Object, "binaryData", "components")
+		if !hasMeta || plain == zipped || zipped != (p.name == "cluster-api") {
+			t.Errorf("%s ConfigMap keys: metadata %v, components %v, gzipped components %v", p.kind, hasMeta, plain, zipped)
+		}
+	}
+
+	again := bedFor(b.env)
+	if o, err := install(t, again, lab, func(o *mgmt.InstallOptions) { o.OfflineDir = dir; o.Charts = mode }); err != nil {
+		t.Fatalf("re-run: %v\n%s", err, o.stderr.String())
+	}
+	if n := again.writes.Load(); n != 0 {
+		t.Errorf("the offline re-run made %d write requests", n)
+	}
+}
