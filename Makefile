@@ -1,8 +1,12 @@
 # labctl: build, test, lint and release.
 #   make build          bin/labctl, version from git describe (else "dev")
-#   make test           every test: unit, integration (real kube-apiserver) and fuzz seeds
-#   make lint           gofmt and go vet
-#   make testbed        build etcd, kube-apiserver and kubectl into .testbed/bin
+#   make test           every test: unit, integration (real kube-apiserver), the
+#                       libvirt driver on test:///default and on a real libvirtd
+#                       booting a real VM (as root), and fuzz seeds
+#   make lint           gofmt, go vet, and go vet of the CGO_ENABLED=0 build
+#   make testbed        build etcd, kube-apiserver and kubectl into .testbed/bin,
+#                       and (as root) the real-VM test image into .cache/
+#   make bench-libvirt  labctl's create-to-address time against plain virsh
 #   make fuzz           fuzz the config loader for $(FUZZTIME)
 #   make bench          cold start of labctl version against kubectl version --client
 #   make release-check  goreleaser check
@@ -17,6 +21,9 @@ export PATH := /usr/local/go/bin:$(PATH)
 endif
 
 GO          ?= go
+# The libvirt driver needs cgo and this tag: libvirt is then loaded at run
+# time, so labctl starts on machines without it. Every go command gets it.
+export GOFLAGS := $(strip $(GOFLAGS) -tags=libvirt_dlopen)
 MODULE      := github.com/labctl/labctl
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT      ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo none)
@@ -29,17 +36,31 @@ TEST_TIMEOUT ?= 20m
 FUZZTIME    ?= 2m
 GORELEASER  ?= github.com/goreleaser/goreleaser/v2@v2.15.1
 
-.PHONY: build test lint testbed fuzz bench release-check clean help
+LVBED       := hack/libvirt-testbed
+
+.PHONY: build test lint testbed fuzz bench bench-libvirt release-check clean help
 
 build: ## build bin/labctl
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) .
 	@echo "built $(BIN) ($(VERSION))"
 
-# The test bed script prints progress on stderr and its folder on the last
-# stdout line; envtest finds the binaries through KUBEBUILDER_ASSETS.
-test: ## run every test; builds the test bed first when it is missing
+# The test bed scripts print progress on stderr and their result on the
+# last stdout line; envtest finds the binaries through KUBEBUILDER_ASSETS.
+# As root, the real-VM tests run too: the test image is built when missing,
+# libvirtd is started, and stopped again whatever the tests do. Without root
+# they skip (and fail under CI).
+test: ## run every test; builds the test beds first when they are missing
 	assets=$$(hack/testenv.sh | tail -n 1); \
 	echo "KUBEBUILDER_ASSETS=$$assets"; \
+	if [ "$$(id -u)" = 0 ]; then \
+		image=$$($(LVBED)/build-image.sh | tail -n 1); \
+		export LABCTL_TESTBED_OWNER=$$$$; \
+		trap '$(LVBED)/host-down.sh' EXIT; \
+		$(LVBED)/host-up.sh; \
+		export LABCTL_TEST_IMAGE=$$image LABCTL_REQUIRE_LIBVIRT=1; \
+	else \
+		echo "not root: the real-VM tests will skip (they need libvirtd)"; \
+	fi; \
 	KUBEBUILDER_ASSETS=$$assets $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 lint: ## fail on unformatted files, then go vet
@@ -49,15 +70,20 @@ lint: ## fail on unformatted files, then go vet
 	fi; \
 	echo "gofmt: clean"
 	$(GO) vet ./...
+	CGO_ENABLED=0 $(GO) vet ./...
 
-testbed: ## build etcd, kube-apiserver and kubectl into .testbed/bin when missing
+testbed: ## build etcd, kube-apiserver and kubectl (and, as root, the test image) when missing
 	hack/testenv.sh
+	if [ "$$(id -u)" = 0 ]; then $(LVBED)/build-image.sh; fi
 
 fuzz: ## fuzz the config loader (FUZZTIME=2m)
 	$(GO) test -run '^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./internal/config
 
 bench: ## compare cold start of labctl version with kubectl version --client
 	hack/bench-coldstart.sh
+
+bench-libvirt: ## labctl vs plain virsh+genisoimage, create to address, on a real libvirtd (root)
+	$(LVBED)/bench.sh
 
 release-check: ## validate .goreleaser.yaml
 	$(GO) run $(GORELEASER) check

@@ -10,6 +10,7 @@ import (
 
 func newDoctorCmd(g *Globals) *cobra.Command {
 	var out string
+	var skipHV bool
 	c := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check that labctl has what it needs here",
@@ -20,6 +21,19 @@ func newDoctorCmd(g *Globals) *cobra.Command {
                         variable is set, or the file exists, is readable and
                         is not wider than mode 0600 (the secret is never shown)
   ssh public key        the management VM's public key file exists
+  proxmox <name> api    the PVE API answers, TLS holds, the token is accepted
+  proxmox <name> privileges
+                        the token has every privilege labctl and CAPMOX need;
+                        each missing one is listed by path and privilege
+  proxmox <name> nodes, storage, bridge
+                        the nodes exist, storages hold images / import / iso,
+                        the bridge exists
+  cluster <name> template
+                        the cluster's VM template exists
+  cluster <name> memory CAPMOX's memory arithmetic: per node, total ×
+                        memoryAdjustment% − configured memory of every
+                        non-template VM (stopped ones too); prints the largest
+                        worker count that fits
   management cluster    the kubeconfig from --kubeconfig, else the one stored at
                         $XDG_CONFIG_HOME/labctl/<lab>/mgmt.kubeconfig, reaches
                         the API server (and its version)
@@ -34,10 +48,11 @@ Each check is ok, warn or fail. labctl doctor exits 1 when any check fails.`,
 				return err
 			}
 			_, err := doctor.Run(cmd.Context(), doctor.Options{
-				IO:         g.IO,
-				Output:     out,
-				Request:    g.configRequest(),
-				Kubeconfig: g.Kubeconfig,
+				IO:              g.IO,
+				Output:          out,
+				Request:         g.configRequest(),
+				Kubeconfig:      g.Kubeconfig,
+				SkipHypervisors: skipHV,
 			})
 			if errors.Is(err, doctor.ErrFailed) {
 				return codeError{exitError}
@@ -46,5 +61,6 @@ Each check is ok, warn or fail. labctl doctor exits 1 when any check fails.`,
 		},
 	}
 	addOutputFlag(c, &out)
+	c.Flags().BoolVar(&skipHV, "skip-hypervisors", false, "do not call the Proxmox API (config and local checks only)")
 	return c
 }

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"os"
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) {
 }
 
 // labctl builds the binary once per test run, from the module root.
-func labctl(t *testing.T) string {
+func labctl(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		root, err := testbed.ModuleRoot()
@@ -74,7 +75,14 @@ type result struct {
 // run runs labctl in the module root with a clean, private environment:
 // its own HOME (holding the SSH public key examples/lab.yaml names) and
 // XDG_CONFIG_HOME, and PVE_TOKEN_SECRET set.
-func run(t *testing.T, args ...string) result {
+func run(t testing.TB, args ...string) result {
+	t.Helper()
+	return runEnv(t, nil, args...)
+}
+
+// runEnv is run with extra environment entries (KEY=value) that win over
+// the defaults.
+func runEnv(t testing.TB, extra []string, args ...string) result {
 	t.Helper()
 	bin := labctl(t)
 	root, err := testbed.ModuleRoot()
@@ -97,6 +105,7 @@ func run(t *testing.T, args ...string) result {
 		"PVE_TOKEN_SECRET=" + secret,
 		"NO_COLOR=1",
 	}
+	cmd.Env = append(cmd.Env, extra...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err = cmd.Run()
@@ -108,8 +117,12 @@ func run(t *testing.T, args ...string) result {
 	case err != nil:
 		t.Fatalf("running labctl %s: %v", strings.Join(args, " "), err)
 	}
-	if strings.Contains(r.stdout, secret) || strings.Contains(r.stderr, secret) {
-		t.Fatalf("labctl %s printed the token secret:\n%s\n%s", strings.Join(args, " "), r.stdout, r.stderr)
+	// Every byte of both streams, the secret as is and base64-encoded as
+	// a Secret's data would hold it.
+	for _, s := range []string{secret, base64.StdEncoding.EncodeToString([]byte(secret))} {
+		if strings.Contains(r.stdout, s) || strings.Contains(r.stderr, s) {
+			t.Fatalf("labctl %s printed the token secret:\n%s\n%s", strings.Join(args, " "), r.stdout, r.stderr)
+		}
 	}
 	return r
 }
@@ -152,7 +165,7 @@ func (r report) status(t *testing.T, name string) (string, string) {
 
 func doctorJSON(t *testing.T, kubeconfig string) (report, result) {
 	t.Helper()
-	res := run(t, "doctor", "--kubeconfig", kubeconfig, "-c", "examples/lab.yaml", "-o", "json")
+	res := run(t, "doctor", "--skip-hypervisors", "--kubeconfig", kubeconfig, "-c", "examples/lab.yaml", "-o", "json")
 	var rep report
 	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
 		t.Fatalf("doctor -o json (exit %d) is not JSON: %v\nstdout:\n%s\nstderr:\n%s", res.code, err, res.stdout, res.stderr)
@@ -208,7 +221,7 @@ func TestDoctorWithoutClusterAPI(t *testing.T) {
 	}
 
 	// The same, as a table for people.
-	text := run(t, "doctor", "--kubeconfig", env.Kubeconfig, "-c", "examples/lab.yaml")
+	text := run(t, "doctor", "--skip-hypervisors", "--kubeconfig", env.Kubeconfig, "-c", "examples/lab.yaml")
 	if text.code != 0 || !strings.HasPrefix(text.stdout, "CHECK") || !strings.Contains(text.stdout, "Kubernetes v1.35.4 at https://127.0.0.1:") {
 		t.Errorf("doctor text (exit %d):\n%s%s", text.code, text.stdout, text.stderr)
 	}
@@ -220,7 +233,7 @@ func TestDoctorUnreachableFails(t *testing.T) {
 	if err := env.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	res := run(t, "doctor", "--kubeconfig", kc, "-c", "examples/lab.yaml", "-o", "json")
+	res := run(t, "doctor", "--skip-hypervisors", "--kubeconfig", kc, "-c", "examples/lab.yaml", "-o", "json")
 	var rep report
 	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, res.stdout)
@@ -238,4 +251,54 @@ func TestVersionJSON(t *testing.T) {
 	if !json.Valid([]byte(res.stdout)) {
 		t.Fatalf("labctl version -o json is not valid JSON:\n%s", res.stdout)
 	}
+}
+
+// TestStartsWithoutLibvirt hides libvirt.so.0 from a labctl built with
+// libvirt_dlopen (a private mount namespace binds /dev/null over it): the
+// binary must start and work, and only a command that uses a libvirt
+// hypervisor fails, saying libvirt is missing.
+func TestStartsWithoutLibvirt(t *testing.T) {
+	bin := labctl(t)
+	info, err := exec.Command("go", "version", "-m", bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(info), "-tags=libvirt_dlopen") {
+		t.Skip("labctl was built without -tags libvirt_dlopen (make test sets it)")
+	}
+	if out, err := exec.Command("ldd", bin).Output(); err == nil && strings.Contains(string(out), "libvirt") {
+		t.Fatalf("labctl links libvirt at build time:\n%s", out)
+	}
+	lib, err := filepath.EvalSymlinks("/lib/x86_64-linux-gnu/libvirt.so.0")
+	if err != nil || os.Getuid() != 0 {
+		t.Skip("needs root and an installed libvirt.so.0 to hide")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs unshare")
+	}
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519.pub"), []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINoLibvirt test@labctl\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hidden := func(args string) (string, error) {
+		script := "mount --bind /dev/null " + lib + " && cd " + home + " && exec " + bin + " " + args
+		cmd := exec.CommandContext(t.Context(), "unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, ".config"), "NO_COLOR=1"}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := hidden("version"); err != nil || !strings.Contains(out, "k3s") {
+		t.Fatalf("labctl version without libvirt.so: %v\n%s", err, out)
+	}
+	if out, err := hidden("config validate"); err != nil {
+		t.Fatalf("labctl config validate without libvirt.so: %v\n%s", err, out)
+	}
+	out, err := hidden("mgmt up --dry-run")
+	if err == nil || !strings.Contains(out, "libvirt is not installed on this machine") || !strings.Contains(out, "libvirt hypervisor local") {
+		t.Fatalf("mgmt up without libvirt.so: %v\n%s", err, out)
+	}
+	t.Logf("without libvirt.so: %s", strings.TrimSpace(out))
 }

@@ -47,8 +47,10 @@ type Report struct {
 	Checks []Check `json:"checks"`
 	// Management is set when a management cluster kubeconfig was found.
 	Management *Management `json:"management,omitempty"`
-	Failed     int         `json:"failed"`
-	Warnings   int         `json:"warnings"`
+	// Capacity is CAPMOX's memory arithmetic per Proxmox cluster.
+	Capacity []ClusterFit `json:"capacity,omitempty"`
+	Failed   int          `json:"failed"`
+	Warnings int          `json:"warnings"`
 }
 
 // Management is what the management cluster told doctor.
@@ -97,8 +99,12 @@ type Options struct {
 	Request config.Request
 	// Kubeconfig is --kubeconfig; empty means the one stored for the lab.
 	Kubeconfig string
-	// Timeout bounds the talk with the management cluster (default 15 s).
+	// Timeout bounds each talk with the management cluster or a
+	// hypervisor's API (default 15 s).
 	Timeout time.Duration
+	// SkipHypervisors leaves out the checks that call the Proxmox API
+	// (--skip-hypervisors: for a machine that cannot reach it).
+	SkipHypervisors bool
 }
 
 // ErrFailed means at least one check failed; the report says which.
@@ -154,6 +160,9 @@ func Diagnose(ctx context.Context, o Options) *Report {
 		}
 		if st, detail, ok := checkSSHKey(lab.Management); ok {
 			r.add("ssh public key", st, detail)
+		}
+		if !o.SkipHypervisors {
+			r.checkProxmox(ctx, o, lab)
 		}
 	}
 	r.checkManagement(ctx, o, lab)

@@ -5,7 +5,9 @@ package hypervisor
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"net/netip"
 )
 
@@ -15,8 +17,30 @@ const Tag = "labctl"
 // LabTag is the tag (Proxmox) or metadata value (libvirt) naming a VM's lab.
 func LabTag(lab string) string { return "labctl-lab-" + lab }
 
+// ImageTag is the tag (Proxmox) or metadata value (libvirt) of a node
+// image template that 'labctl image build' made from images[].name.
+func ImageTag(image string) string { return "labctl-image-" + image }
+
 // ErrNotFound is returned when a VM or image does not exist.
 var ErrNotFound = errors.New("not found")
+
+// HostPreparer is implemented by drivers that set up the host before VMs
+// go on it (libvirt: the storage pool and the lab's NAT network). Use cases
+// call it when a driver has it; both methods are idempotent.
+type HostPreparer interface {
+	// PlanHost says what PrepareHost would change; empty means ready. It
+	// only reads.
+	PlanHost(ctx context.Context) ([]string, error)
+	PrepareHost(ctx context.Context) error
+}
+
+// StableMAC is the MAC labctl gives a VM's first NIC: locally
+// administered, in QEMU's 52:54:00 range, derived from lab and VM name, so
+// re-creating a VM keeps its address and DHCP reservations.
+func StableMAC(lab, name string) string {
+	sum := sha256.Sum256([]byte(lab + "/" + name))
+	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", sum[0], sum[1], sum[2])
+}
 
 // Driver creates and removes VMs on one hypervisor from lab.yaml. Every
 // method looks at the real state first, so callers can re-run after an
@@ -24,6 +48,9 @@ var ErrNotFound = errors.New("not found")
 type Driver interface {
 	// Name is the hypervisor's name in lab.yaml.
 	Name() string
+	// FindImage returns the image EnsureImage would place, or ErrNotFound.
+	// It only reads, so plans and dry runs can call it.
+	FindImage(ctx context.Context, spec ImageSpec) (Image, error)
 	// EnsureImage puts a cloud image on the host, verified by its checksum,
 	// and does nothing when it is already there.
 	EnsureImage(ctx context.Context, spec ImageSpec) (Image, error)
@@ -78,11 +105,16 @@ type VMSpec struct {
 	Tags      []string // extra tags beyond Tag and LabTag(Lab)
 }
 
-// NetworkSpec attaches the VM's first NIC.
+// NetworkSpec attaches the VM's first NIC. With Bridge and Network both
+// empty, the driver uses the hypervisor's own from lab.yaml (libvirt: its
+// network or bridge; Proxmox: the node's bridge).
 type NetworkSpec struct {
 	Bridge  string // Proxmox bridge or libvirt host bridge
 	Network string // libvirt network name
 	VLAN    int
+	// MAC is the NIC's address (lowercase aa:bb:..); empty lets the
+	// hypervisor pick. Static network-config matches the NIC by it.
+	MAC string
 }
 
 // CloudInit is the VM's NoCloud data. Drivers put it where their platform
@@ -97,6 +129,10 @@ type CloudInit struct {
 	Address    netip.Prefix
 	Gateway    netip.Addr
 	DNSServers []netip.Addr
+	// SeedISO is the NoCloud seed ISO (label cidata) built by
+	// internal/cloudinit from the fields above. Proxmox uploads it as
+	// content iso and attaches it; nil means built-in keys only.
+	SeedISO []byte
 }
 
 // VM is a VM as the hypervisor reports it.

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The benchmark's baseline: make and boot one VM with plain virsh,
+# qemu-img (through virsh vol-create-as) and genisoimage, the way a person
+# would by hand, and print its address once the guest agent reports it.
+# Usage: virsh-vm.sh NAME POOL NETWORK IMAGE_VOLUME_PATH SEED_DIR MAC [TYPE]
+#   SEED_DIR holds user-data, meta-data and network-config.
+# Prints "<ip> <seconds from first command to address>" on stdout.
+# Delete with: virsh-vm.sh --delete NAME POOL
+set -euo pipefail
+[ -z "${VIRSH_VM_TRACE:-}" ] || set -x
+v() { virsh -q -c qemu:///system "$@"; }
+if [ "${1:-}" = --delete ]; then
+	name=$2 pool=$3
+	v destroy "$name" >/dev/null 2>&1 || true
+	v undefine "$name" >/dev/null 2>&1 || true
+	v vol-delete --pool "$pool" "$name-disk0.qcow2" >/dev/null 2>&1 || true
+	v vol-delete --pool "$pool" "$name-seed.iso" >/dev/null 2>&1 || true
+	exit 0
+fi
+name=$1 pool=$2 network=$3 image=$4 seeddir=$5 mac=$6 type=${7:-qemu}
+cpu="<cpu mode='host-passthrough' check='none'/>"
+[ "$type" = qemu ] && cpu="<cpu mode='maximum' check='none'/>"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+start=$(date +%s.%N)
+
+genisoimage -quiet -output "$work/seed.iso" -volid cidata -joliet -rock \
+	"$seeddir/user-data" "$seeddir/meta-data" "$seeddir/network-config"
+v vol-create-as "$pool" "$name-disk0.qcow2" 10G --format qcow2 --backing-vol "$image" --backing-vol-format qcow2 >/dev/null
+v vol-create-as "$pool" "$name-seed.iso" "$(stat -c %s "$work/seed.iso")" --format raw >/dev/null
+v vol-upload --pool "$pool" "$name-seed.iso" "$work/seed.iso"
+cat >"$work/domain.xml" <<XML
+<domain type='$type'>
+  <name>$name</name>
+  <memory unit='MiB'>1024</memory>
+  <vcpu>2</vcpu>
+  <os><type arch='x86_64' machine='q35'>hvm</type><boot dev='hd'/></os>
+  <features><acpi/><apic/></features>
+  $cpu
+  <clock offset='utc'/>
+  <devices>
+    <disk type='volume' device='disk'>
+      <driver name='qemu' type='qcow2' discard='unmap'/>
+      <source pool='$pool' volume='$name-disk0.qcow2'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <disk type='volume' device='cdrom'>
+      <driver name='qemu' type='raw'/>
+      <source pool='$pool' volume='$name-seed.iso'/>
+      <target dev='sda' bus='sata'/>
+      <readonly/>
+    </disk>
+    <interface type='network'>
+      <mac address='$mac'/>
+      <source network='$network'/>
+      <model type='virtio'/>
+    </interface>
+    <serial type='pty'><log file='/var/log/libvirt/qemu/$name-console.log' append='off'/><target port='0'/></serial>
+    <console type='pty'><target type='serial' port='0'/></console>
+    <channel type='unix'><source mode='bind'/><target type='virtio' name='org.qemu.guest_agent.0'/></channel>
+    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>
+    <video><model type='none'/></video>
+    <memballoon model='virtio'/>
+  </devices>
+</domain>
+XML
+v define "$work/domain.xml" >/dev/null
+v start "$name" >/dev/null
+for _ in $(seq 900); do
+	ip=$({ v domifaddr "$name" --source agent 2>/dev/null || true; } | awk -v m="$mac" '$2 == m && $3 == "ipv4" {sub("/.*", "", $4); print $4; exit}')
+	if [ -n "$ip" ]; then
+		echo "$ip $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')"
+		exit 0
+	fi
+	sleep 1
+done
+echo "virsh-vm: no address for $name after 900 s" >&2
+exit 1

@@ -1,0 +1,143 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor/proxmox"
+	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/ui"
+)
+
+// pveLab is the owner's lab pointed at the fake PVE server (which rejects
+// any request the real PVE API schema would), pinned to its certificate.
+func pveLab(t *testing.T, srv *pvetest.Server, edits ...string) string {
+	t.Helper()
+	home(t)
+	t.Setenv("PVE_TOKEN_SECRET", srv.Secret)
+	return labFile(t, append([]string{
+		"url: https://192.168.0.8:8006", "url: " + srv.URL,
+		"caFile: ~/.config/labctl/pve-root-ca.pem", "fingerprint: " + proxmox.Fingerprint(srv.Certificate()),
+	}, edits...)...)
+}
+
+// owner's inventory: a stopped VM, a running one and the node template.
+func ownerInventory(srv *pvetest.Server) {
+	srv.AddVM("pv1-1", 110, "old-worker", 4096, false, false)
+	srv.AddVM("pv1-1", 111, "build-host", 2048, true, false)
+	srv.AddVM("pv1-1", 9000, "ubuntu-2404-kube", 8192, false, true, "labctl", "labctl-image-ubuntu-2404-kube")
+}
+
+func runPVE(t *testing.T, path, format string) (*Report, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	o := Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Output: format,
+		Request: config.Request{Path: path, Explicit: true}, Timeout: 5 * time.Second}
+	r, _ := Run(context.Background(), o)
+	return r, out.String(), errb.String()
+}
+
+func TestDoctorProxmoxMaxWorkersCountsStoppedVMs(t *testing.T) {
+	srv := pvetest.New(t)
+	ownerInventory(srv)
+	path := pveLab(t, srv)
+	r, out, _ := runPVE(t, path, "text")
+	for _, name := range []string{"proxmox pve api", "proxmox pve privileges", "proxmox pve nodes", "proxmox pve storage pv1-1",
+		"proxmox pve bridge pv1-1", "cluster lab1 template", "cluster lab1 memory"} {
+		if c := check(t, r, name); c.Status != OK {
+			t.Errorf("%s: %s %s", name, c.Status, c.Detail)
+		}
+	}
+	// 29860 MiB × 160% = 47776; − 4096 stopped − 2048 running − 8192 for
+	// the management VM to come = 33440; − 4096 control plane = 29344;
+	// / 2048 per worker = 14.
+	if !strings.Contains(out, "max workers that fit: 14 of 2.0 GiB (workers.max 5)") || !strings.Contains(out, "1 stopped VMs count too") {
+		t.Errorf("text output:\n%s", out)
+	}
+	_, js, _ := runPVE(t, path, "json")
+	var rep Report
+	if err := json.Unmarshal([]byte(js), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Capacity) != 1 || rep.Capacity[0].MaxWorkers != 14 || rep.Capacity[0].Nodes[0].ReservedMiB != 14336 {
+		t.Errorf("json capacity: %+v", rep.Capacity)
+	}
+	for _, req := range srv.Requests() {
+		if req.Write() {
+			t.Errorf("doctor wrote: %s %s", req.Method, req.Raw)
+		}
+	}
+}
+
+func TestDoctorProxmoxStoppedVMsBelowMax(t *testing.T) {
+	srv := pvetest.New(t)
+	ownerInventory(srv)
+	for id := 120; id < 123; id++ {
+		srv.AddVM("pv1-1", id, "stopped-big", 8192, false, false)
+	}
+	r, out, _ := runPVE(t, pveLab(t, srv), "text")
+	c := check(t, r, "cluster lab1 memory")
+	// 33440 − 3 × 8192 = 8864; − 4096 = 4768; / 2048 = 2.
+	if c.Status != Fail || !strings.Contains(c.Detail, "max workers that fit: 2 ") || !strings.Contains(c.Detail, "lower clusters[lab1].workers.max to 2") ||
+		!strings.Contains(c.Detail, "4 stopped VMs count too") {
+		t.Errorf("%s %s", c.Status, c.Detail)
+	}
+	if !strings.Contains(out, "max workers that fit: 2") {
+		t.Errorf("not printed:\n%s", out)
+	}
+}
+
+func TestDoctorProxmoxMissingPrivileges(t *testing.T) {
+	srv := pvetest.New(t)
+	ownerInventory(srv)
+	privs := slices.DeleteFunc(pvetest.AllPrivileges(), func(p string) bool { return p == "VM.GuestAgent.FileRead" || p == "VM.Clone" || p == "SDN.Use" })
+	srv.SetPrivileges("/", privs...)
+	r, _, _ := runPVE(t, pveLab(t, srv), "text")
+	c := check(t, r, "proxmox pve privileges")
+	for _, want := range []string{"lacks 3", "/vms VM.GuestAgent.FileRead (labctl)", "/vms VM.Clone (CAPMOX)", "/sdn/zones/localnetwork/vmbr0 SDN.Use (labctl, CAPMOX)", "pveum acl modify"} {
+		if c.Status != Fail || !strings.Contains(c.Detail, want) {
+			t.Errorf("want %q in %s %s", want, c.Status, c.Detail)
+		}
+	}
+}
+
+func TestDoctorProxmoxStorageBridgeTemplate(t *testing.T) {
+	srv := pvetest.New(t)
+	srv.SetStorageContent("pv1-1", "local", "iso", "vztmpl")
+	r, _, _ := runPVE(t, pveLab(t, srv, "bridge: vmbr0", "bridge: vmbr9"), "text")
+	if c := check(t, r, "proxmox pve storage pv1-1"); c.Status != Fail || !strings.Contains(c.Detail, "storage local lacks content import: pvesm set local --content iso,vztmpl,import") {
+		t.Errorf("storage: %s %s", c.Status, c.Detail)
+	}
+	if c := check(t, r, "proxmox pve bridge pv1-1"); c.Status != Fail || !strings.Contains(c.Detail, "bridge vmbr9 does not exist on pv1-1 (it has vmbr0)") {
+		t.Errorf("bridge: %s %s", c.Status, c.Detail)
+	}
+	if c := check(t, r, "cluster lab1 template"); c.Status != Fail || !strings.Contains(c.Detail, "labctl image build ubuntu-2404-kube") {
+		t.Errorf("template: %s %s", c.Status, c.Detail)
+	}
+}
+
+func TestDoctorProxmoxTokenAndTLS(t *testing.T) {
+	srv := pvetest.New(t)
+	path := pveLab(t, srv)
+	t.Setenv("PVE_TOKEN_SECRET", "wrong-secret-value")
+	r, out, errOut := runPVE(t, path, "text")
+	if c := check(t, r, "proxmox pve api"); c.Status != Fail || !strings.Contains(c.Detail, "token root@pam!labctl was rejected (401)") {
+		t.Errorf("bad token: %s %s", c.Status, c.Detail)
+	}
+	if strings.Contains(out+errOut, "wrong-secret-value") {
+		t.Error("the secret was printed")
+	}
+	path = labFile(t, "url: https://192.168.0.8:8006", "url: "+srv.URL,
+		"caFile: ~/.config/labctl/pve-root-ca.pem", "fingerprint: "+strings.Repeat("AB:", 31)+"AB")
+	r, _, _ = runPVE(t, path, "text")
+	if c := check(t, r, "proxmox pve api"); c.Status != Fail || !strings.Contains(c.Detail, "TLS does not hold") ||
+		!strings.Contains(c.Detail, proxmox.Fingerprint(srv.Certificate())) {
+		t.Errorf("pin mismatch: %s %s", c.Status, c.Detail)
+	}
+}

@@ -1,0 +1,70 @@
+// Package drivers opens the hypervisor.Driver for a hypervisor named in
+// lab.yaml. It is the one place that knows which implementation serves
+// which config section; use cases get a hypervisor.Driver and nothing more.
+package drivers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/libvirt"
+	"github.com/labctl/labctl/internal/hypervisor/proxmox"
+)
+
+// ErrNoDriver means this build has no driver for a hypervisor's kind.
+var ErrNoDriver = errors.New("no driver for this hypervisor in this build")
+
+// Open connects to the hypervisor called name in lab. Close the driver
+// with Close when done.
+func Open(ctx context.Context, lab *config.Lab, name string) (hypervisor.Driver, error) {
+	for i := range lab.Hypervisors {
+		h := &lab.Hypervisors[i]
+		if h.Name != name {
+			continue
+		}
+		switch {
+		case h.Libvirt != nil:
+			d, err := libvirt.New(ctx, LibvirtOptions(lab, h))
+			if err != nil {
+				return nil, err
+			}
+			return d, nil
+		case h.Proxmox != nil:
+			// Warnings (TLS verification off) go to stderr, like logs.
+			return proxmox.New(*h, proxmox.Options{Warn: os.Stderr})
+		}
+		return nil, fmt.Errorf("hypervisor %s: neither proxmox nor libvirt is set in lab.yaml", name)
+	}
+	return nil, fmt.Errorf("lab.yaml has no hypervisor named %q", name)
+}
+
+// LibvirtOptions maps a libvirt hypervisor of lab.yaml to driver options:
+// the lab's network.cidr and gateway define its NAT network when missing.
+func LibvirtOptions(lab *config.Lab, h *config.Hypervisor) libvirt.Options {
+	lv := h.Libvirt
+	o := libvirt.Options{
+		Name: h.Name, URI: lv.URI, Pool: lv.StoragePool,
+		Network: lv.Network, Bridge: lv.Bridge, DomainType: lv.DomainType,
+	}
+	if p, err := netip.ParsePrefix(lab.Network.CIDR); err == nil {
+		o.Subnet = p.Masked()
+	}
+	if g, err := netip.ParseAddr(lab.Network.Gateway); err == nil {
+		o.Gateway = g
+	}
+	return o
+}
+
+// Close closes a driver that holds a connection.
+func Close(d hypervisor.Driver) error {
+	if c, ok := d.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}

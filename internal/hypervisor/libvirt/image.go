@@ -1,0 +1,248 @@
+//go:build cgo && libvirt_dlopen
+
+package libvirt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"libvirt.org/go/libvirt"
+
+	"github.com/labctl/labctl/internal/hypervisor"
+)
+
+// FindImage returns the image volume when its upload was verified, or
+// ErrNotFound. It reads only.
+func (d *Driver) FindImage(ctx context.Context, spec hypervisor.ImageSpec) (hypervisor.Image, error) {
+	if err := ctx.Err(); err != nil {
+		return hypervisor.Image{}, err
+	}
+	name, err := imageFileName(spec)
+	if err != nil {
+		return hypervisor.Image{}, err
+	}
+	p, err := d.pool()
+	if err != nil {
+		return hypervisor.Image{}, err
+	}
+	defer func() { _ = p.Free() }()
+	return d.findImage(p, name, spec.Checksum)
+}
+
+// findImage looks for the image volume and a marker of its verified
+// upload; with a checksum, the marker must carry it.
+func (d *Driver) findImage(p *libvirt.StoragePool, name, checksum string) (hypervisor.Image, error) {
+	v, err := lookupVolume(p, name)
+	if err != nil {
+		return hypervisor.Image{}, err
+	}
+	if v == nil {
+		return hypervisor.Image{}, fmt.Errorf("image %s in pool %s: %w", name, d.opts.Pool, hypervisor.ErrNotFound)
+	}
+	defer func() { _ = v.Free() }()
+	path, err := v.GetPath()
+	if err != nil {
+		return hypervisor.Image{}, fmt.Errorf("reading the path of volume %s: %w", name, err)
+	}
+	markers, err := d.markers(p, name)
+	if err != nil {
+		return hypervisor.Image{}, err
+	}
+	want := strings.TrimPrefix(checksum, "sha256:")
+	for _, m := range markers {
+		if want == "" || m == want {
+			return hypervisor.Image{Volume: path}, nil
+		}
+	}
+	if len(markers) > 0 {
+		return hypervisor.Image{}, fmt.Errorf("volume %s in pool %s holds another image (sha256 %s, want %s); delete it with 'virsh vol-delete --pool %s %s' or give this image another file name",
+			name, d.opts.Pool, markers[0], want, d.opts.Pool, name)
+	}
+	return hypervisor.Image{}, fmt.Errorf("volume %s in pool %s exists but labctl never finished and verified its upload (an upload killed mid-way, or a volume made by hand); delete it with 'virsh vol-delete --pool %s %s' and re-run",
+		name, d.opts.Pool, d.opts.Pool, name)
+}
+
+// markers lists the checksums of the verified-upload markers of an image.
+func (d *Driver) markers(p *libvirt.StoragePool, image string) ([]string, error) {
+	names, err := p.ListStorageVolumes()
+	if err != nil {
+		return nil, fmt.Errorf("listing volumes of pool %s: %w", d.opts.Pool, err)
+	}
+	var sums []string
+	for _, n := range names {
+		if sum, ok := strings.CutPrefix(n, markerPrefix(image)); ok && sha256Hex.MatchString(sum) {
+			sums = append(sums, sum)
+		}
+	}
+	return sums, nil
+}
+
+// EnsureImage uploads the image into the pool by stream while hashing it,
+// and marks it verified only when the sha256 matches. A failed or
+// interrupted upload deletes its partial volume.
+func (d *Driver) EnsureImage(ctx context.Context, spec hypervisor.ImageSpec) (hypervisor.Image, error) {
+	name, err := imageFileName(spec)
+	if err != nil {
+		return hypervisor.Image{}, err
+	}
+	p, err := d.pool()
+	if err != nil {
+		return hypervisor.Image{}, err
+	}
+	defer func() { _ = p.Free() }()
+	img, err := d.findImage(p, name, spec.Checksum)
+	if err == nil || !errors.Is(err, hypervisor.ErrNotFound) {
+		return img, err
+	}
+
+	want, err := wantChecksum(ctx, spec)
+	if err != nil {
+		return hypervisor.Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	dl, err := openDownload(ctx, spec.URL)
+	if err != nil {
+		return hypervisor.Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	defer func() { _ = dl.Close() }()
+
+	xml, err := volumeXML(name, dl.Format, dl.Capacity, "", "")
+	if err != nil {
+		return hypervisor.Image{}, err
+	}
+	vol, err := p.StorageVolCreateXML(xml, 0)
+	if err != nil {
+		return hypervisor.Image{}, fmt.Errorf("creating volume %s in pool %s: %w", name, d.opts.Pool, err)
+	}
+	defer func() { _ = vol.Free() }()
+	d.reached("image volume created")
+	ok := false
+	defer func() {
+		if !ok {
+			_ = deleteVolume(p, name)
+		}
+	}()
+	if err := d.upload(ctx, vol, readerLen{Reader: dl, Len: dl.Length}); err != nil {
+		return hypervisor.Image{}, fmt.Errorf("uploading %s into pool %s: %w", spec.URL, d.opts.Pool, err)
+	}
+	if got := dl.Sum(); got != want {
+		return hypervisor.Image{}, fmt.Errorf("image %s: sha256 %s does not match the expected %s; the download is corrupt or the pin is wrong, so it was deleted", spec.URL, got, want)
+	}
+	d.reached("image uploaded")
+	if err := ctx.Err(); err != nil {
+		return hypervisor.Image{}, err
+	}
+	markerXML, err := volumeXML(markerPrefix(name)+want, "raw", 0, "", "")
+	if err != nil {
+		return hypervisor.Image{}, err
+	}
+	marker, err := p.StorageVolCreateXML(markerXML, 0)
+	if err != nil {
+		return hypervisor.Image{}, fmt.Errorf("marking image %s verified: %w", name, err)
+	}
+	_ = marker.Free()
+	ok = true
+	path, err := vol.GetPath()
+	if err != nil {
+		return hypervisor.Image{}, fmt.Errorf("reading the path of volume %s: %w", name, err)
+	}
+	if err := p.Refresh(0); err != nil {
+		return hypervisor.Image{}, fmt.Errorf("refreshing pool %s: %w", d.opts.Pool, err)
+	}
+	return hypervisor.Image{Volume: path}, nil
+}
+
+// RemoveImage deletes an image volume and its markers. VMs backed by it
+// must be gone first. Not part of hypervisor.Driver: tests and cleanup use it.
+func (d *Driver) RemoveImage(ctx context.Context, spec hypervisor.ImageSpec) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	name, err := imageFileName(spec)
+	if err != nil {
+		return err
+	}
+	p, err := d.pool()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = p.Free() }()
+	sums, err := d.markers(p, name)
+	if err != nil {
+		return err
+	}
+	for _, s := range sums {
+		if err := deleteVolume(p, markerPrefix(name)+s); err != nil {
+			return err
+		}
+	}
+	return deleteVolume(p, name)
+}
+
+// streamUpload sends r into vol through a libvirt stream, checking ctx
+// between chunks and aborting the stream on any failure.
+func (d *Driver) streamUpload(ctx context.Context, vol *libvirt.StorageVol, r readerLen) error {
+	st, err := d.conn.NewStream(0)
+	if err != nil {
+		return fmt.Errorf("opening a stream: %w", err)
+	}
+	defer func() { _ = st.Free() }()
+	length := uint64(0) // 0: until the stream ends
+	if r.Len > 0 {
+		length = uint64(r.Len)
+	}
+	if err := vol.Upload(st, 0, length, 0); err != nil {
+		return fmt.Errorf("starting the upload: %w", err)
+	}
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			_ = st.Abort()
+			return err
+		}
+		n, rerr := r.Read(buf)
+		for off := 0; off < n; {
+			m, err := st.Send(buf[off:n])
+			if err != nil {
+				_ = st.Abort()
+				return fmt.Errorf("sending data: %w", err)
+			}
+			off += m
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			_ = st.Abort()
+			return fmt.Errorf("reading the source: %w", rerr)
+		}
+	}
+	if err := st.Finish(); err != nil {
+		return fmt.Errorf("finishing the upload: %w", err)
+	}
+	return nil
+}
+
+// uploadBytes creates a raw volume holding data, replacing one of the same
+// name.
+func (d *Driver) uploadBytes(ctx context.Context, p *libvirt.StoragePool, name string, data []byte) error {
+	if err := deleteVolume(p, name); err != nil {
+		return err
+	}
+	xml, err := volumeXML(name, "raw", uint64(len(data)), "", "")
+	if err != nil {
+		return err
+	}
+	vol, err := p.StorageVolCreateXML(xml, 0)
+	if err != nil {
+		return fmt.Errorf("creating volume %s: %w", name, err)
+	}
+	defer func() { _ = vol.Free() }()
+	if err := d.upload(ctx, vol, readerLen{Reader: strings.NewReader(string(data)), Len: int64(len(data))}); err != nil {
+		_ = deleteVolume(p, name)
+		return fmt.Errorf("uploading volume %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+// Package libvirt is labctl's hypervisor.Driver for KVM hosts, through
+// libvirt.org/go/libvirt (built with the libvirt_dlopen tag, so labctl
+// loads libvirt.so only when a libvirt hypervisor is used) and
+// libvirt.org/go/libvirtxml for every XML document.
+//
+// The driver needs cgo and the libvirt_dlopen tag, so labctl never links
+// libvirt at build time. Builds without them (CGO_ENABLED=0: darwin,
+// arm64, cross builds; or a plain go build) get a stand-in whose New says
+// so.
+//
+// What labctl makes on a host:
+//   - a volume per cloud image in the storage pool, uploaded by stream and
+//     checked against its sha256, with an empty marker volume
+//     "<image>.sha256-<hex>" written only after the check passed;
+//   - per VM: a qcow2 overlay "<vm>-disk0.qcow2" backed by the image, a
+//     NoCloud seed "<vm>-seed.iso", and a domain carrying labctl's
+//     metadata element (namespace MetadataNS) that lists them;
+//   - for labs with a network name: that NAT network, when it is missing.
+package libvirt
+
+import (
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// MetadataNS is the XML namespace of labctl's domain metadata element.
+const MetadataNS = "https://labctl.dev/xmlns/libvirt/v1"
+
+// metadataPrefix is the element prefix libvirt shows for MetadataNS.
+const metadataPrefix = "labctl"
+
+// ErrNoLibvirt is returned by New in a labctl built without cgo.
+var ErrNoLibvirt = errors.New("this labctl was built without libvirt support; use the linux amd64 release build, or build with CGO_ENABLED=1 go build -tags libvirt_dlopen")
+
+// Options say how to reach one libvirt host and where VMs go on it.
+type Options struct {
+	// Name is the hypervisor's name in lab.yaml.
+	Name string
+	// URI is qemu:///system, qemu+ssh://user@host/system or
+	// qemu+tls://host/system (test:///default in tests).
+	URI string
+	// Pool is the storage pool for images, disks and seeds.
+	Pool string
+	// PoolPath is where PrepareHost defines Pool when it is missing; empty
+	// means /var/lib/libvirt/images for "default", else a folder of that
+	// name under it.
+	PoolPath string
+	// Network is a libvirt network name; Bridge a host bridge. One is set.
+	Network string
+	Bridge  string
+	// Subnet and Gateway define Network when PrepareHost creates it: NAT,
+	// the gateway as the host's address, DHCP in the upper half.
+	Subnet  netip.Prefix
+	Gateway netip.Addr
+	// LocalOnlyDNS makes a network PrepareHost creates answer only for its
+	// own names (dnsmasq no-resolv): guests resolve nothing outside. The
+	// test bed uses it.
+	LocalOnlyDNS bool
+	// DomainType is kvm or qemu; empty picks kvm when the host offers it.
+	DomainType string
+	// ConsoleLogDir holds each VM's serial console log; empty means
+	// /var/log/libvirt/qemu on the host.
+	ConsoleLogDir string
+}
+
+func (o Options) validate() error {
+	var errs []error
+	if o.URI == "" {
+		errs = append(errs, errors.New("uri is empty"))
+	}
+	if o.Pool == "" {
+		errs = append(errs, errors.New("storagePool is empty"))
+	}
+	if (o.Network == "") == (o.Bridge == "") {
+		errs = append(errs, errors.New("exactly one of network and bridge must be set"))
+	}
+	if o.DomainType != "" && o.DomainType != "kvm" && o.DomainType != "qemu" {
+		errs = append(errs, fmt.Errorf("domainType %q must be kvm or qemu", o.DomainType))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("libvirt hypervisor %s: %w", o.Name, errors.Join(errs...))
+	}
+	return nil
+}
+
+func (o Options) poolPath() string {
+	switch {
+	case o.PoolPath != "":
+		return o.PoolPath
+	case o.Pool == "default":
+		return "/var/lib/libvirt/images"
+	}
+	return "/var/lib/libvirt/images/" + o.Pool
+}
+
+func (o Options) consoleLog(vm string) string {
+	dir := o.ConsoleLogDir
+	if dir == "" {
+		dir = "/var/log/libvirt/qemu"
+	}
+	return strings.TrimSuffix(dir, "/") + "/" + vm + "-console.log"
+}
+
+// Volume names of one VM.
+func diskVolume(vm string) string { return vm + "-disk0.qcow2" }
+func seedVolume(vm string) string { return vm + "-seed.iso" }
+
+// markerPrefix starts the names of an image's verified-upload markers.
+func markerPrefix(image string) string { return image + ".sha256-" }
+
+// vmMeta is labctl's metadata element in a domain's XML.
+type vmMeta struct {
+	XMLName xml.Name `xml:"https://labctl.dev/xmlns/libvirt/v1 vm"`
+	Lab     string   `xml:"lab,attr"`
+	Tags    []string `xml:"tag"`
+	// Volumes are the pool volumes labctl made for this VM; DeleteVM
+	// removes them.
+	Volumes []string `xml:"volume"`
+}
+
+func (m vmMeta) marshal() (string, error) {
+	b, err := xml.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("encoding labctl's domain metadata: %w", err)
+	}
+	return string(b), nil
+}
+
+// parseMeta reads the element virDomainGetMetadata returns for
+// MetadataNS: libvirt has already matched the namespace and returns the
+// element without it.
+func parseMeta(s string) (vmMeta, error) {
+	var m struct {
+		XMLName xml.Name `xml:"vm"`
+		Lab     string   `xml:"lab,attr"`
+		Tags    []string `xml:"tag"`
+		Volumes []string `xml:"volume"`
+	}
+	if err := xml.Unmarshal([]byte(s), &m); err != nil {
+		return vmMeta{}, fmt.Errorf("decoding labctl's domain metadata: %w", err)
+	}
+	return vmMeta{Lab: m.Lab, Tags: m.Tags, Volumes: m.Volumes}, nil
+}

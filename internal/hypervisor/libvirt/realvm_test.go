@@ -1,0 +1,508 @@
+//go:build cgo && libvirt_dlopen
+
+package libvirt
+
+// Real-VM tests: a real libvirtd and QEMU booting the test image that
+// hack/libvirt-testbed/build-image.sh builds, with labctl's own cloud-init.
+// hack/libvirt-testbed/host-up.sh starts the daemons; make test does both.
+// Without them the tests skip, unless CI or LABCTL_REQUIRE_LIBVIRT is set:
+// then they fail, because a CI run that skips its real tests proves nothing.
+//
+// Everything stays on this machine: the image is served on loopback, and
+// the VMs sit on the test's own NAT network labctl-test (10.213.0.0/24),
+// whose bridge may forward nothing off itself (an iptables REJECT rule).
+// There can be one such network per machine, so runs from several
+// checkouts take turns through vmLock.
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/labctl/labctl/internal/cloudinit"
+	"github.com/labctl/labctl/internal/hypervisor"
+)
+
+const (
+	realNetwork = "labctl-test"
+	realPool    = "labctl-test"
+	realLab     = "labctl-test"
+	libvirtSock = "/run/libvirt/libvirt-sock"
+	vmLock      = "/run/lock/labctl-libvirt-vms.lock"
+	bootTimeout = 10 * time.Minute // TCG on 2 busy cores
+)
+
+type realHost struct {
+	d       *Driver
+	image   hypervisor.Image
+	spec    hypervisor.ImageSpec
+	pubKey  string
+	bridge  string
+	imgPath string
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test's folder")
+		}
+		dir = parent
+	}
+}
+
+func skipOrFail(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("CI") != "" || os.Getenv("LABCTL_REQUIRE_LIBVIRT") != "" {
+		t.Fatalf("%s; run hack/libvirt-testbed/build-image.sh and hack/libvirt-testbed/host-up.sh (make test does)", why)
+	}
+	t.Skipf("%s; run hack/libvirt-testbed/build-image.sh and host-up.sh, or make test", why)
+}
+
+// newRealHost connects to the real libvirtd, prepares the test pool and
+// network, fences the network in, and puts the test image in the pool.
+// Cleanup removes all of it and checks that nothing is left.
+func newRealHost(t *testing.T) *realHost {
+	t.Helper()
+	img := os.Getenv("LABCTL_TEST_IMAGE")
+	if img == "" {
+		img = filepath.Join(moduleRoot(t), ".cache", "libvirt-testbed", "debian12-cloud.qcow2")
+	}
+	if _, err := os.Stat(libvirtSock); err != nil {
+		skipOrFail(t, "libvirtd is not running ("+libvirtSock+" is missing)")
+	}
+	sum, err := os.ReadFile(img + ".sha256")
+	if err != nil {
+		skipOrFail(t, "the test image is missing: "+err.Error())
+	}
+	takeTurn(t)
+	ctx := t.Context()
+	d, err := New(ctx, Options{
+		Name: "testbed", URI: "qemu:///system", Pool: realPool, PoolPath: "/var/lib/libvirt/images/" + realPool,
+		Network: realNetwork, Subnet: netip.MustParsePrefix("10.213.0.0/24"), Gateway: netip.MustParseAddr("10.213.0.1"),
+		LocalOnlyDNS: true, DomainType: os.Getenv("LABCTL_TEST_DOMAIN_TYPE"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &realHost{d: d, imgPath: img}
+	t.Cleanup(func() { h.cleanup(t) })
+	if err := d.PrepareHost(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h.bridge, err = d.NetworkBridge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fence(t, h.bridge)
+
+	// Serve the image on loopback; EnsureImage streams it into the pool.
+	srv := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(img))))
+	t.Cleanup(srv.Close)
+	h.spec = hypervisor.ImageSpec{URL: srv.URL + "/" + filepath.Base(img), Checksum: "sha256:" + strings.TrimSpace(string(sum))}
+	began := time.Now()
+	if h.image, err = d.EnsureImage(ctx, h.spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("image uploaded into pool %s by stream and verified in %s", realPool, time.Since(began).Round(time.Millisecond))
+	h.pubKey = newAuthorizedKey(t)
+	return h
+}
+
+// takeTurn holds the machine-wide real-VM lock until the test ends (its
+// cleanup runs after the test's own, which removes the network and VMs).
+func takeTurn(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile(vmLock, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatalf("opening the real-VM lock: %v", err)
+	}
+	began := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("taking the real-VM lock %s: %v", vmLock, err)
+		}
+	case <-t.Context().Done():
+		t.Fatalf("waiting for the real-VM lock %s: %v", vmLock, t.Context().Err())
+	}
+	if waited := time.Since(began); waited > time.Second {
+		t.Logf("waited %s for another real-VM run on this machine", waited.Round(time.Second))
+	}
+	t.Cleanup(func() { _ = f.Close() }) // closing releases the lock
+}
+
+// fence rejects anything the bridge would forward off itself, so guests
+// reach this machine only. libvirt adds its own FORWARD rules when the
+// network starts; this one goes above them.
+func fence(t *testing.T, bridge string) {
+	t.Helper()
+	rule := []string{"FORWARD", "-i", bridge, "!", "-o", bridge, "-j", "REJECT"}
+	if out, err := exec.Command("iptables", append([]string{"-I"}, append(rule[:1:1], append([]string{"1"}, rule[1:]...)...)...)...).CombinedOutput(); err != nil {
+		t.Fatalf("fencing bridge %s: %v: %s", bridge, err, out)
+	}
+	t.Cleanup(func() {
+		for exec.Command("iptables", append([]string{"-D"}, rule...)...).Run() == nil {
+		}
+	})
+	out, err := exec.Command("iptables", "-S", "FORWARD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := ""
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "-A FORWARD") {
+			first = l
+			break
+		}
+	}
+	if !strings.Contains(first, "-i "+bridge) || !strings.Contains(first, "REJECT") {
+		t.Fatalf("the fence is not the first FORWARD rule:\n%s", out)
+	}
+}
+
+func (h *realHost) cleanup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	vms, err := h.d.ListVMs(ctx, realLab)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+	for _, vm := range vms {
+		if err := h.d.DeleteVM(ctx, vm); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	}
+	if h.spec.URL != "" {
+		if err := h.d.RemoveImage(ctx, h.spec); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	}
+	if err := h.d.RemoveNetwork(ctx); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+	if err := h.d.RemovePool(ctx); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+	// Nothing of the test may be left: no domain, volume, pool or network.
+	if doms, err := h.d.conn.ListAllDomains(0); err == nil {
+		for i := range doms {
+			if n, _ := doms[i].GetName(); strings.HasPrefix(n, "labctl-test-") || strings.HasPrefix(n, "bench-") {
+				t.Errorf("domain %s left behind", n)
+			}
+			_ = doms[i].Free()
+		}
+	}
+	if _, err := h.d.conn.LookupStoragePoolByName(realPool); err == nil {
+		t.Errorf("pool %s left behind", realPool)
+	}
+	if _, err := h.d.conn.LookupNetworkByName(realNetwork); err == nil {
+		t.Errorf("network %s left behind", realNetwork)
+	}
+	if _, err := os.Stat("/var/lib/libvirt/images/" + realPool); err == nil {
+		t.Errorf("pool folder /var/lib/libvirt/images/%s left behind", realPool)
+	}
+	_ = h.d.Close()
+}
+
+// newAuthorizedKey makes an ed25519 key and returns its authorized_keys
+// line; the private half is never used: the test reads sshd's banner.
+func newAuthorizedKey(t *testing.T) string {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blob []byte
+	for _, part := range [][]byte{[]byte("ssh-ed25519"), pub} {
+		blob = binary.BigEndian.AppendUint32(blob, uint32(len(part)))
+		blob = append(blob, part...)
+	}
+	return "ssh-ed25519 " + base64.StdEncoding.EncodeToString(blob) + " labctl-test"
+}
+
+// vmSpec is a test VM with labctl's cloud-init: user tester with the key,
+// a marker file holding token, a static address on the test network.
+func (h *realHost) vmSpec(t *testing.T, name, ip, token string) hypervisor.VMSpec {
+	t.Helper()
+	mac := hypervisor.StableMAC(realLab, name)
+	ud, err := cloudinit.UserData(cloudinit.Config{
+		Hostname: name, User: "tester", SSHKeys: []string{h.pubKey},
+		Files:        []cloudinit.File{{Path: "/var/lib/labctl-test/marker", Content: []byte(token), Permissions: "0600"}},
+		FinalMessage: "LABCTL-TEST-CLOUD-INIT-DONE uptime=$UPTIME",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := cloudinit.NetworkConfig(cloudinit.Static{
+		MAC: mac, Address: netip.MustParsePrefix(ip + "/24"),
+		Gateway: netip.MustParseAddr("10.213.0.1"), DNS: []netip.Addr{netip.MustParseAddr("10.213.0.1")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hypervisor.VMSpec{
+		Lab: realLab, Name: name, CPUs: 2, MemoryMiB: 1024, DiskGiB: 10, Image: h.image,
+		Network:   hypervisor.NetworkSpec{Network: realNetwork, MAC: mac},
+		CloudInit: hypervisor.CloudInit{Hostname: name, User: "tester", SSHKeys: []string{h.pubKey}, UserData: ud, NetworkConfig: nc},
+	}
+}
+
+// boot creates and starts a VM and waits for its address; it returns the
+// address and the create-to-address time.
+func (h *realHost) boot(ctx context.Context, spec hypervisor.VMSpec) (hypervisor.VM, netip.Addr, time.Duration, error) {
+	began := time.Now()
+	vm, err := h.d.CreateVM(ctx, spec)
+	if err != nil {
+		return vm, netip.Addr{}, 0, err
+	}
+	if err := h.d.StartVM(ctx, vm); err != nil {
+		return vm, netip.Addr{}, 0, err
+	}
+	addr, err := h.d.WaitAddress(ctx, vm)
+	return vm, addr, time.Since(began), err
+}
+
+func sshBanner(ctx context.Context, addr netip.Addr) (string, error) {
+	var dialer net.Dialer
+	for {
+		conn, err := dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(addr, 22).String())
+		if err == nil {
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			line, rerr := bufio.NewReader(conn).ReadString('\n')
+			_ = conn.Close()
+			if rerr == nil {
+				return strings.TrimSpace(line), nil
+			}
+			err = rerr
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no sshd banner from %s: %w (last: %v)", addr, ctx.Err(), err)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func randomToken(t *testing.T) string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// TestRealVM creates a VM from the test image with labctl's cloud-init,
+// first interrupted mid-create and re-run (no duplicate, no leftovers),
+// gets its address, reads labctl's marker file through the guest agent,
+// reaches sshd, and deletes everything.
+func TestRealVM(t *testing.T) {
+	h := newRealHost(t)
+	token := randomToken(t)
+	spec := h.vmSpec(t, "labctl-test-vm1", "10.213.0.10", token)
+	before := volumeNames(t, h.d)
+
+	// Interrupted create, then a re-run: one VM.
+	ctx, cancel := context.WithCancel(t.Context())
+	h.d.stage = func(s string) {
+		if s == "seed uploaded" {
+			cancel()
+		}
+	}
+	if _, err := h.d.CreateVM(ctx, spec); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted CreateVM = %v", err)
+	}
+	h.d.stage = nil
+	if vms, _ := h.d.ListVMs(t.Context(), realLab); len(vms) != 0 {
+		t.Fatalf("an interrupted create left VMs: %+v", vms)
+	}
+	if after := volumeNames(t, h.d); len(after) != len(before) {
+		t.Fatalf("an interrupted create left volumes: %v (before %v)", after, before)
+	}
+
+	bootCtx, stop := context.WithTimeout(t.Context(), bootTimeout)
+	defer stop()
+	vm, addr, took, err := h.boot(bootCtx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("labctl: create to address %s in %s (%s guest)", addr, took.Round(100*time.Millisecond), mustType(t, h.d))
+	if again, err := h.d.CreateVM(t.Context(), spec); err != nil || again.Name != vm.Name {
+		t.Fatalf("re-running CreateVM on a running VM: %+v, %v", again, err)
+	}
+	if vms, _ := h.d.ListVMs(t.Context(), realLab); len(vms) != 1 || !vms[0].Running {
+		t.Fatalf("ListVMs = %+v, want the one running VM", vms)
+	}
+	if addr.String() != "10.213.0.10" {
+		t.Errorf("address %s, want the static 10.213.0.10 from labctl's network-config", addr)
+	}
+
+	// labctl's write_files ran: read the marker through the guest agent.
+	var got []byte
+	for {
+		got, err = h.d.ReadFile(bootCtx, vm, "/var/lib/labctl-test/marker")
+		if err == nil || bootCtx.Err() != nil {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if err != nil || string(got) != token {
+		t.Fatalf("ReadFile(marker) = %q, %v; want %q", got, err, token)
+	}
+	if _, err := h.d.ReadFile(bootCtx, vm, "/nonexistent"); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("ReadFile of a missing file = %v, want ErrNotFound", err)
+	}
+
+	banner, err := sshBanner(bootCtx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(banner, "SSH-2.0-OpenSSH") {
+		t.Fatalf("sshd banner %q", banner)
+	}
+	t.Logf("sshd on %s: %s", addr, banner)
+	if _, err := os.Stat("/var/log/libvirt/qemu/labctl-test-vm1-console.log"); err != nil {
+		t.Errorf("serial console log: %v", err)
+	}
+
+	caps, err := h.d.Capacity(t.Context())
+	if err != nil || len(caps) != 1 || caps[0].RunningVMs < 1 || caps[0].ReservedMiB < 1024 {
+		t.Errorf("Capacity = %+v, %v", caps, err)
+	}
+
+	if err := h.d.DeleteVM(t.Context(), vm); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.d.FindVM(t.Context(), realLab, vm.Name); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("FindVM after DeleteVM = %v", err)
+	}
+	if after := volumeNames(t, h.d); len(after) != len(before) {
+		t.Errorf("DeleteVM left volumes: %v", after)
+	}
+}
+
+func mustType(t *testing.T, d *Driver) string {
+	typ, err := d.DomainType()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return typ
+}
+
+// TestBenchVirshVersusLabctl is the benchmark: the same VM (image, size,
+// network, cloud-init documents) made once with plain virsh and
+// genisoimage (hack/libvirt-testbed/virsh-vm.sh) and once by labctl's
+// driver, create to address; then two labctl VMs at once. It runs only
+// with LABCTL_BENCH=1 (make bench-libvirt): four TCG boots take minutes.
+// LABCTL_BENCH_LABCTL_FIRST=1 swaps the order of the first two.
+func TestBenchVirshVersusLabctl(t *testing.T) {
+	if os.Getenv("LABCTL_BENCH") == "" {
+		t.Skip("set LABCTL_BENCH=1 (make bench-libvirt) to run the virsh benchmark")
+	}
+	h := newRealHost(t)
+	ctx, stop := context.WithTimeout(t.Context(), 4*bootTimeout)
+	defer stop()
+	typ := mustType(t, h.d)
+
+	// Baseline: virsh with the same documents labctl renders.
+	script := filepath.Join(moduleRoot(t), "hack", "libvirt-testbed", "virsh-vm.sh")
+	var virshSecs float64
+	viaVirsh := func() {
+		base := h.vmSpec(t, "bench-virsh", "10.213.0.11", randomToken(t))
+		seedDir := t.TempDir()
+		md, _ := cloudinit.MetaData(cloudinit.InstanceID(base.Name, base.CloudInit.UserData, base.CloudInit.NetworkConfig), base.Name)
+		for name, data := range map[string][]byte{"user-data": base.CloudInit.UserData, "meta-data": md, "network-config": base.CloudInit.NetworkConfig} {
+			if err := os.WriteFile(filepath.Join(seedDir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { _ = exec.Command(script, "--delete", "bench-virsh", realPool).Run() })
+		cmd := exec.CommandContext(ctx, script, "bench-virsh", realPool, realNetwork, h.image.Volume, seedDir, base.Network.MAC, typ)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("virsh baseline: %v\n%s", err, stderr.String())
+		}
+		var ip string
+		if _, err := fmt.Sscanf(string(out), "%s %g", &ip, &virshSecs); err != nil || ip != "10.213.0.11" {
+			t.Fatalf("virsh baseline printed %q (%v)", out, err)
+		}
+		_ = exec.Command(script, "--delete", "bench-virsh", realPool).Run()
+	}
+
+	// labctl, same VM.
+	var took time.Duration
+	viaLabctl := func() {
+		vm, addr, d, err := h.boot(ctx, h.vmSpec(t, "bench-labctl", "10.213.0.12", randomToken(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addr.String() != "10.213.0.12" {
+			t.Errorf("labctl VM address %s", addr)
+		}
+		if err := h.d.DeleteVM(ctx, vm); err != nil {
+			t.Fatal(err)
+		}
+		took = d
+	}
+	order := "virsh first"
+	if os.Getenv("LABCTL_BENCH_LABCTL_FIRST") != "" {
+		order = "labctl first"
+		viaLabctl()
+		viaVirsh()
+	} else {
+		viaVirsh()
+		viaLabctl()
+	}
+	ratio := took.Seconds() / virshSecs
+	t.Logf("BENCH create-to-address (%s guest, %s): virsh+genisoimage %.1fs, labctl %.1fs, ratio %.2f (goal <= 1.1)", typ, order, virshSecs, took.Seconds(), ratio)
+
+	// Two labctl VMs at once.
+	var wg sync.WaitGroup
+	times := make([]time.Duration, 2)
+	errs := make([]error, 2)
+	began := time.Now()
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, times[i], errs[i] = h.boot(ctx, h.vmSpec(t, fmt.Sprintf("bench-c%d", i+1), fmt.Sprintf("10.213.0.%d", 21+i), randomToken(t)))
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("BENCH two labctl VMs at once: %.1fs and %.1fs create-to-address, %.1fs wall", times[0].Seconds(), times[1].Seconds(), time.Since(began).Seconds())
+	if ratio > 1.1 {
+		t.Errorf("labctl is %.2fx the virsh baseline; the goal is <= 1.1", ratio)
+	}
+}

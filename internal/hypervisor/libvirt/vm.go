@@ -1,0 +1,385 @@
+//go:build cgo && libvirt_dlopen
+
+package libvirt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+
+	"libvirt.org/go/libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/labctl/labctl/internal/cloudinit"
+	"github.com/labctl/labctl/internal/hypervisor"
+)
+
+var vmNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// FindVM returns labctl's VM of this lab with the given name, or
+// ErrNotFound. A domain of that name that labctl did not make, or that
+// belongs to another lab, is an error: labctl will not take it over.
+func (d *Driver) FindVM(ctx context.Context, lab, name string) (hypervisor.VM, error) {
+	if err := ctx.Err(); err != nil {
+		return hypervisor.VM{}, err
+	}
+	dom, err := d.conn.LookupDomainByName(name)
+	if isCode(err, libvirt.ERR_NO_DOMAIN) {
+		return hypervisor.VM{}, fmt.Errorf("VM %s on %s: %w", name, d.opts.Name, hypervisor.ErrNotFound)
+	}
+	if err != nil {
+		return hypervisor.VM{}, fmt.Errorf("looking up VM %s: %w", name, err)
+	}
+	defer func() { _ = dom.Free() }()
+	vm, meta, err := d.vmOf(dom)
+	if err != nil {
+		return hypervisor.VM{}, err
+	}
+	if meta == nil {
+		return hypervisor.VM{}, fmt.Errorf("a VM named %s exists on %s but labctl did not create it (no labctl metadata); rename it or pick another name in lab.yaml", name, d.opts.Name)
+	}
+	if meta.Lab != lab {
+		return hypervisor.VM{}, fmt.Errorf("VM %s on %s belongs to lab %q, not %q; pick another name in lab.yaml", name, d.opts.Name, meta.Lab, lab)
+	}
+	return vm, nil
+}
+
+// vmOf reads a domain; meta is nil when labctl did not make it.
+func (d *Driver) vmOf(dom *libvirt.Domain) (hypervisor.VM, *vmMeta, error) {
+	name, err := dom.GetName()
+	if err != nil {
+		return hypervisor.VM{}, nil, fmt.Errorf("reading a domain's name: %w", err)
+	}
+	raw, err := dom.GetMetadata(libvirt.DOMAIN_METADATA_ELEMENT, MetadataNS, libvirt.DOMAIN_AFFECT_CONFIG)
+	if isCode(err, libvirt.ERR_NO_DOMAIN_METADATA) {
+		return hypervisor.VM{Name: name}, nil, nil
+	}
+	if err != nil {
+		return hypervisor.VM{}, nil, fmt.Errorf("reading the metadata of VM %s: %w", name, err)
+	}
+	meta, err := parseMeta(raw)
+	if err != nil {
+		return hypervisor.VM{}, nil, fmt.Errorf("VM %s: %w", name, err)
+	}
+	info, err := dom.GetInfo()
+	if err != nil {
+		return hypervisor.VM{}, nil, fmt.Errorf("reading the state of VM %s: %w", name, err)
+	}
+	running, err := dom.IsActive()
+	if err != nil {
+		return hypervisor.VM{}, nil, fmt.Errorf("reading the state of VM %s: %w", name, err)
+	}
+	return hypervisor.VM{
+		Name:      name,
+		Lab:       meta.Lab,
+		Running:   running,
+		CPUs:      int(info.NrVirtCpu),
+		MemoryMiB: int(info.MaxMem / 1024),
+		Tags:      meta.Tags,
+	}, &meta, nil
+}
+
+// CreateVM makes the VM's disk (a qcow2 overlay of the image), uploads its
+// NoCloud seed, and defines the domain last, so a defined domain is always
+// complete. A VM that exists already is returned as it is. On failure or
+// cancellation the volumes made so far are removed; a re-run starts clean.
+func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (vm hypervisor.VM, err error) {
+	if spec.Network.Network == "" && spec.Network.Bridge == "" {
+		spec.Network.Network, spec.Network.Bridge = d.opts.Network, d.opts.Bridge
+	}
+	if err := checkSpec(spec); err != nil {
+		return hypervisor.VM{}, err
+	}
+	if vm, err := d.FindVM(ctx, spec.Lab, spec.Name); err == nil || !errors.Is(err, hypervisor.ErrNotFound) {
+		return vm, err
+	}
+	guest, err := d.pickGuest()
+	if err != nil {
+		return hypervisor.VM{}, err
+	}
+	p, err := d.pool()
+	if err != nil {
+		return hypervisor.VM{}, err
+	}
+	defer func() { _ = p.Free() }()
+
+	disk, seed := diskVolume(spec.Name), seedVolume(spec.Name)
+	defined := false
+	defer func() {
+		if defined {
+			return
+		}
+		// Runs after cancellation too: libvirt calls do not take ctx.
+		if cerr := errors.Join(deleteVolume(p, disk), deleteVolume(p, seed)); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up after the failed create of %s: %w", spec.Name, cerr))
+		}
+	}()
+
+	if err := d.createOverlay(ctx, p, disk, spec); err != nil {
+		return hypervisor.VM{}, err
+	}
+	d.reached("disk created")
+	if err := ctx.Err(); err != nil {
+		return hypervisor.VM{}, err
+	}
+	iso, err := seedISO(spec)
+	if err != nil {
+		return hypervisor.VM{}, err
+	}
+	if err := d.uploadBytes(ctx, p, seed, iso); err != nil {
+		return hypervisor.VM{}, fmt.Errorf("VM %s: cloud-init seed: %w", spec.Name, err)
+	}
+	d.reached("seed uploaded")
+	if err := ctx.Err(); err != nil {
+		return hypervisor.VM{}, err
+	}
+
+	tags := append([]string{hypervisor.Tag, hypervisor.LabTag(spec.Lab)}, spec.Tags...)
+	xml, err := domainXML(domainInput{
+		Spec: spec, Guest: guest, Pool: d.opts.Pool, Disk: disk, Seed: seed,
+		ConsoleLog: d.opts.consoleLog(spec.Name),
+		Meta:       vmMeta{Lab: spec.Lab, Tags: tags, Volumes: []string{disk, seed}},
+	})
+	if err != nil {
+		return hypervisor.VM{}, err
+	}
+	dom, err := d.conn.DomainDefineXMLFlags(xml, libvirt.DOMAIN_DEFINE_VALIDATE)
+	if err != nil {
+		return hypervisor.VM{}, fmt.Errorf("defining VM %s: %w", spec.Name, err)
+	}
+	defined = true
+	defer func() { _ = dom.Free() }()
+	d.reached("defined")
+	vm, _, err = d.vmOf(dom)
+	return vm, err
+}
+
+func checkSpec(s hypervisor.VMSpec) error {
+	var errs []error
+	if !vmNameRe.MatchString(s.Name) {
+		errs = append(errs, fmt.Errorf("name %q must be a DNS label", s.Name))
+	}
+	if s.Lab == "" {
+		errs = append(errs, errors.New("no lab"))
+	}
+	if s.CPUs < 1 || s.MemoryMiB < 128 || s.DiskGiB < 1 {
+		errs = append(errs, fmt.Errorf("size %d CPUs, %d MiB, %d GiB is too small", s.CPUs, s.MemoryMiB, s.DiskGiB))
+	}
+	if s.Image.Volume == "" {
+		errs = append(errs, errors.New("no image volume (run EnsureImage first)"))
+	}
+	if len(s.CloudInit.UserData) == 0 {
+		errs = append(errs, errors.New("no cloud-init user-data"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("VM spec %s: %w", s.Name, errors.Join(errs...))
+	}
+	return nil
+}
+
+// seedISO builds the NoCloud seed of a VM.
+func seedISO(s hypervisor.VMSpec) ([]byte, error) {
+	host := s.CloudInit.Hostname
+	if host == "" {
+		host = s.Name
+	}
+	md, err := cloudinit.MetaData(cloudinit.InstanceID(s.Name, s.CloudInit.UserData, s.CloudInit.NetworkConfig), host)
+	if err != nil {
+		return nil, fmt.Errorf("VM %s: %w", s.Name, err)
+	}
+	iso, err := cloudinit.SeedISO(cloudinit.Seed{UserData: s.CloudInit.UserData, MetaData: md, NetworkConfig: s.CloudInit.NetworkConfig})
+	if err != nil {
+		return nil, fmt.Errorf("VM %s: %w", s.Name, err)
+	}
+	return iso, nil
+}
+
+// createOverlay makes the VM's disk: a qcow2 volume of DiskGiB backed by
+// the image. A leftover of an interrupted create is replaced.
+func (d *Driver) createOverlay(ctx context.Context, p *libvirt.StoragePool, name string, spec hypervisor.VMSpec) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := deleteVolume(p, name); err != nil {
+		return err
+	}
+	backing, err := d.conn.LookupStorageVolByPath(spec.Image.Volume)
+	if err != nil {
+		return fmt.Errorf("VM %s: looking up its image %s: %w", spec.Name, spec.Image.Volume, err)
+	}
+	defer func() { _ = backing.Free() }()
+	bx, err := backing.GetXMLDesc(0)
+	if err != nil {
+		return fmt.Errorf("VM %s: reading image volume %s: %w", spec.Name, spec.Image.Volume, err)
+	}
+	var bv libvirtxml.StorageVolume
+	if err := bv.Unmarshal(bx); err != nil {
+		return fmt.Errorf("VM %s: reading image volume %s: %w", spec.Name, spec.Image.Volume, err)
+	}
+	format := "raw"
+	if bv.Target != nil && bv.Target.Format != nil && bv.Target.Format.Type != "" {
+		format = bv.Target.Format.Type
+	}
+	capacity := uint64(spec.DiskGiB) << 30
+	if bv.Capacity != nil && capacity < bv.Capacity.Value {
+		return fmt.Errorf("VM %s: disk %d GiB is smaller than its image (%d bytes); raise the disk size", spec.Name, spec.DiskGiB, bv.Capacity.Value)
+	}
+	xml, err := volumeXML(name, "qcow2", capacity, spec.Image.Volume, format)
+	if err != nil {
+		return err
+	}
+	v, err := p.StorageVolCreateXML(xml, 0)
+	if err != nil {
+		return fmt.Errorf("VM %s: creating disk %s: %w", spec.Name, name, err)
+	}
+	_ = v.Free()
+	return nil
+}
+
+// pickGuest chooses the domain type, arch and machine from the host's
+// capabilities: x86_64 on q35 where offered; kvm when the host offers it
+// and its CPU has vmx or svm, else qemu (TCG), else the first type
+// offered (the test driver's "test"). Options.DomainType overrides the
+// type.
+func (d *Driver) pickGuest() (guestProfile, error) {
+	d.guestOnce.Do(func() {
+		raw, err := d.conn.GetCapabilities()
+		if err != nil {
+			d.guestErr = fmt.Errorf("reading the capabilities of %s: %w", d.opts.Name, err)
+			return
+		}
+		var caps libvirtxml.Caps
+		if err := caps.Unmarshal(raw); err != nil {
+			d.guestErr = fmt.Errorf("reading the capabilities of %s: %w", d.opts.Name, err)
+			return
+		}
+		d.guest, err = guestFrom(&caps, d.opts.DomainType)
+		if err != nil {
+			d.guestErr = fmt.Errorf("hypervisor %s: %w", d.opts.Name, err)
+		}
+	})
+	return d.guest, d.guestErr
+}
+
+// DomainType is the domain type VMs get on this host (kvm, qemu, ...).
+func (d *Driver) DomainType() (string, error) {
+	g, err := d.pickGuest()
+	return g.Type, err
+}
+
+// StartVM starts the VM; a running VM is left alone.
+func (d *Driver) StartVM(ctx context.Context, vm hypervisor.VM) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dom, err := d.conn.LookupDomainByName(vm.Name)
+	if err != nil {
+		return fmt.Errorf("looking up VM %s: %w", vm.Name, err)
+	}
+	defer func() { _ = dom.Free() }()
+	on, err := dom.IsActive()
+	if err != nil {
+		return fmt.Errorf("reading the state of VM %s: %w", vm.Name, err)
+	}
+	if on {
+		return nil
+	}
+	if err := dom.Create(); err != nil && !isCode(err, libvirt.ERR_OPERATION_INVALID) {
+		return fmt.Errorf("starting VM %s: %w", vm.Name, err)
+	}
+	return nil
+}
+
+// DeleteVM destroys the VM, undefines it and removes the volumes labctl
+// made for it. A VM that is already gone is not an error; one labctl did
+// not make, or of another lab, is refused.
+func (d *Driver) DeleteVM(ctx context.Context, vm hypervisor.VM) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dom, err := d.conn.LookupDomainByName(vm.Name)
+	if isCode(err, libvirt.ERR_NO_DOMAIN) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking up VM %s: %w", vm.Name, err)
+	}
+	defer func() { _ = dom.Free() }()
+	_, meta, err := d.vmOf(dom)
+	if err != nil {
+		return err
+	}
+	if meta == nil {
+		return fmt.Errorf("refusing to delete VM %s on %s: labctl did not create it", vm.Name, d.opts.Name)
+	}
+	if vm.Lab != "" && meta.Lab != vm.Lab {
+		return fmt.Errorf("refusing to delete VM %s on %s: it belongs to lab %q, not %q", vm.Name, d.opts.Name, meta.Lab, vm.Lab)
+	}
+	if on, _ := dom.IsActive(); on {
+		if err := dom.Destroy(); err != nil && !isCode(err, libvirt.ERR_OPERATION_INVALID) {
+			return fmt.Errorf("stopping VM %s: %w", vm.Name, err)
+		}
+	}
+	// labctl's VMs boot by BIOS (no NVRAM) and have no checkpoints.
+	flags := libvirt.DOMAIN_UNDEFINE_MANAGED_SAVE | libvirt.DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+	if err := dom.UndefineFlags(flags); err != nil {
+		return fmt.Errorf("undefining VM %s: %w", vm.Name, err)
+	}
+	if len(meta.Volumes) == 0 {
+		return nil
+	}
+	p, err := d.pool()
+	if err != nil {
+		return fmt.Errorf("VM %s is gone but its volumes %v are not: %w", vm.Name, meta.Volumes, err)
+	}
+	defer func() { _ = p.Free() }()
+	var errs []error
+	for _, v := range meta.Volumes {
+		errs = append(errs, deleteVolume(p, v))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("VM %s is gone but not all its volumes: %w", vm.Name, err)
+	}
+	return nil
+}
+
+// ListVMs lists the domains carrying labctl's metadata, of one lab or all.
+func (d *Driver) ListVMs(ctx context.Context, lab string) ([]hypervisor.VM, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	doms, err := d.conn.ListAllDomains(0)
+	if err != nil {
+		return nil, fmt.Errorf("listing VMs on %s: %w", d.opts.Name, err)
+	}
+	defer func() {
+		for i := range doms {
+			_ = doms[i].Free()
+		}
+	}()
+	var vms []hypervisor.VM
+	for i := range doms {
+		vm, meta, err := d.vmOf(&doms[i])
+		if isCode(err, libvirt.ERR_NO_DOMAIN) {
+			continue // deleted while listing
+		}
+		if err != nil {
+			return nil, err
+		}
+		if meta != nil && (lab == "" || meta.Lab == lab) {
+			vms = append(vms, vm)
+		}
+	}
+	slices.SortFunc(vms, func(a, b hypervisor.VM) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return vms, nil
+}

@@ -1,0 +1,112 @@
+package mgmt
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/ui"
+)
+
+// downBed is the owner's lab on the strict fake PVE: the management VM,
+// a VM made by hand and another lab's VM. Down goes through drivers.Open.
+func downBed(t *testing.T) (*pvetest.Server, config.Request) {
+	t.Helper()
+	srv := pvetest.New(t, pvetest.WithAddr("127.0.0.2:0"))
+	srv.AddVM("pv1-1", 150, "hand-made", 1024, true, false)
+	srv.AddVM("pv1-1", 151, "labctl-mgmt", 1024, true, false, "labctl", "labctl-lab-work")
+	srv.AddVM("pv1-1", 201, "labctl-mgmt", 8192, true, false, "labctl", "labctl-lab-home")
+	p := filepath.Join(t.TempDir(), "lab.yaml")
+	if err := os.WriteFile(p, proxmoxLabYAML(t, srv), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	return srv, config.Request{Path: p, Explicit: true}
+}
+
+func down(t *testing.T, req config.Request, answer string, dry, yes bool) (string, error) {
+	var out bytes.Buffer
+	err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out}, Request: req, DryRun: dry, Yes: yes})
+	return out.String(), err
+}
+
+func ids(srv *pvetest.Server) []int {
+	var out []int
+	for _, v := range srv.VMs() {
+		out = append(out, v.ID)
+	}
+	return out
+}
+
+func TestDownOnProxmox(t *testing.T) {
+	srv, req := downBed(t)
+	out, err := down(t, req, "", true, false)
+	if err != nil || !strings.Contains(out, "labctl-mgmt (VMID 201 on pv1-1)") || !strings.Contains(out, "dry run") || len(srv.VMs()) != 3 {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	if out, err := down(t, req, "n\n", false, false); !errors.Is(err, ErrAborted) || len(srv.VMs()) != 3 {
+		t.Fatalf("answered no: %v %v\n%s", err, ids(srv), out)
+	}
+	out, err = down(t, req, "y\n", false, false)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got := ids(srv); len(got) != 2 || got[0] != 150 || got[1] != 151 {
+		t.Errorf("left %v, want the hand-made VM and the other lab's", got)
+	}
+	for _, v := range srv.VMs() {
+		if !v.Running {
+			t.Errorf("VM %d was stopped", v.ID)
+		}
+	}
+	var del int
+	for _, r := range srv.Requests() {
+		if r.Method == "DELETE" {
+			del++
+			if !strings.Contains(r.Raw, "/qemu/201?") || !strings.Contains(r.Raw, "purge=1") {
+				t.Errorf("delete %s", r.Raw)
+			}
+		}
+	}
+	if del != 1 {
+		t.Errorf("%d deletes", del)
+	}
+	if out, err := down(t, req, "", false, true); err != nil || !strings.Contains(out, "nothing to delete") {
+		t.Errorf("second down: %v\n%s", err, out)
+	}
+	if strings.Contains(out, srv.Secret) {
+		t.Error("secret printed")
+	}
+}
+
+func TestKubeconfigPrintAndWrite(t *testing.T) {
+	_, req := downBed(t)
+	var out bytes.Buffer
+	io := &ui.IO{Out: &out, Err: &out}
+	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Request: req}); err == nil || !strings.Contains(err.Error(), "run 'labctl mgmt up'") {
+		t.Fatalf("nothing stored: %v", err)
+	}
+	stored, _ := kube.MgmtKubeconfigPath("home")
+	if err := writePrivate(stored, []byte("apiVersion: v1\nkind: Config\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Request: req}); err != nil || out.String() != "apiVersion: v1\nkind: Config\n" {
+		t.Fatalf("print: %v %q", err, out.String())
+	}
+	dst := filepath.Join(t.TempDir(), "lab.kubeconfig")
+	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Request: req, Path: dst}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dst); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("written: %v %v", fi, err)
+	}
+	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Request: req, Path: dst}); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Errorf("overwrite without --force: %v", err)
+	}
+}

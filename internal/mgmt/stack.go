@@ -1,0 +1,71 @@
+package mgmt
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/labctl/labctl/internal/cloudinit"
+	"github.com/labctl/labctl/internal/components"
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// StackInstaller is 'labctl mgmt install' as the last step of mgmt up:
+// the charts go onto the VM as HelmChart manifests through cloud-init, and
+// Install applies the whole stack and waits for it.
+type StackInstaller struct {
+	IO      *ui.IO
+	Verbose int
+	// Timeout bounds each component's wait (DefaultTimeout).
+	Timeout time.Duration
+	// Connect opens the stored kubeconfig (default kube.Connect); tests
+	// wrap the client to count its writes.
+	Connect func(kubeconfig string) (*kube.Client, error)
+}
+
+var _ Installer = (*StackInstaller)(nil)
+
+// K3sManifests are the stack's charts as HelmChart objects for k3s's
+// auto-deploy folder, the same files 'mgmt install --emit-k3s-manifests'
+// writes. They hold no secret.
+func (s *StackInstaller) K3sManifests(lab *config.Lab) ([]cloudinit.File, error) {
+	comps, err := components.Build(lab, versions.MustGet(), components.Options{OfflineDir: lab.Management.Stack.OfflineDir})
+	if err != nil {
+		return nil, fmt.Errorf("the management stack's charts: %w", err)
+	}
+	var files []cloudinit.File
+	for _, c := range comps {
+		if c.Chart == nil {
+			continue
+		}
+		obj, err := c.Chart.HelmChart()
+		if err != nil {
+			return nil, err
+		}
+		data, err := kube.MarshalYAML([]*unstructured.Unstructured{obj})
+		if err != nil {
+			return nil, err
+		}
+		data = append([]byte(fmt.Sprintf("# %s %s for k3s's helm-controller, written by labctl.\n", c.Name, c.Version)), data...)
+		files = append(files, cloudinit.File{Path: "labctl-" + c.Chart.Release.Name + ".yaml", Content: data})
+	}
+	return files, nil
+}
+
+// Install runs mgmt install against the cluster the kubeconfig reaches.
+func (s *StackInstaller) Install(ctx context.Context, lab *config.Lab, kubeconfig string) error {
+	connect := s.Connect
+	if connect == nil {
+		connect = kube.Connect
+	}
+	c, err := connect(kubeconfig)
+	if err != nil {
+		return err
+	}
+	return Install(ctx, InstallOptions{IO: s.IO, Lab: lab, Client: c, Kubeconfig: kubeconfig, Timeout: s.Timeout, Verbose: s.Verbose})
+}

@@ -1,0 +1,574 @@
+// Package mgmt holds the management-cluster use cases. Up brings the k3s
+// management VM up on any hypervisor.Driver: it never knows which kind of
+// hypervisor it drives.
+package mgmt
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/labctl/labctl/internal/cloudinit"
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/drivers"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/step"
+	"github.com/labctl/labctl/internal/ui"
+)
+
+// Installer is 'labctl mgmt install' as mgmt up runs it last. The
+// management-stack use case implements it.
+type Installer interface {
+	// K3sManifests are files for k3s's auto-deploy folder (HelmChart
+	// objects), placed by cloud-init when the VM is created. May be empty.
+	K3sManifests(lab *config.Lab) ([]cloudinit.File, error)
+	// Install installs the management stack onto the cluster the
+	// kubeconfig file reaches and waits until it is ready.
+	Install(ctx context.Context, lab *config.Lab, kubeconfig string) error
+}
+
+// ErrNoInstaller means this build cannot run mgmt install yet.
+var ErrNoInstaller = errors.New("'labctl mgmt install' is not available in this build, so the management stack was not installed")
+
+// OpenFunc opens the driver of a hypervisor of the lab.
+type OpenFunc func(ctx context.Context, lab *config.Lab, hypervisor string) (hypervisor.Driver, error)
+
+// UpOptions are the inputs of 'labctl mgmt up'.
+type UpOptions struct {
+	IO      *ui.IO
+	Request config.Request
+	DryRun  bool
+	Verbose int
+	// Open defaults to drivers.Open.
+	Open OpenFunc
+	// Installer runs mgmt install; nil makes that step fail with
+	// ErrNoInstaller, after everything before it is done.
+	Installer Installer
+	// AddressTimeout and APITimeout bound the waits (default 15 min each:
+	// a VM without hardware virtualisation boots slowly).
+	AddressTimeout, APITimeout time.Duration
+}
+
+// Up loads the lab, opens its management hypervisor and runs the steps.
+func Up(ctx context.Context, o UpOptions) error {
+	lab, src, err := config.Load(o.Request)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.IO.Err, "lab %s (%s), management VM %s on hypervisor %s\n", lab.Metadata.Name, src, lab.Management.Name, lab.Management.Hypervisor)
+	open := o.Open
+	if open == nil {
+		open = drivers.Open
+	}
+	drv, err := open(ctx, lab, lab.Management.Hypervisor)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = drivers.Close(drv) }()
+	u, err := NewUp(lab, drv, o)
+	if err != nil {
+		return err
+	}
+	r := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
+	if err := r.Run(ctx, u.Steps()); err != nil {
+		return err
+	}
+	if o.DryRun {
+		fmt.Fprintln(o.IO.Err, "dry run: nothing was changed")
+		return nil
+	}
+	fmt.Fprintf(o.IO.Err, "management cluster is up: export KUBECONFIG=%s\n", u.kubeconfig)
+	return nil
+}
+
+// UpRun is one mgmt up over one driver. Steps share what earlier ones
+// found: the image, the VM, its address.
+type UpRun struct {
+	lab        *config.Lab
+	drv        hypervisor.Driver
+	opts       UpOptions
+	image      hypervisor.ImageSpec
+	keys       []string
+	static     netip.Prefix // zero for DHCP
+	kubeconfig string
+	apiPort    uint16 // k3s's 6443; tests point it at the test bed
+
+	img  hypervisor.Image
+	vm   hypervisor.VM
+	addr netip.Addr
+}
+
+// NewUp checks what the steps need from the config before anything runs:
+// SSH keys, sizes, the address and where the kubeconfig goes.
+func NewUp(lab *config.Lab, drv hypervisor.Driver, o UpOptions) (*UpRun, error) {
+	m := lab.Management
+	u := &UpRun{lab: lab, drv: drv, opts: o, apiPort: 6443}
+	if u.opts.AddressTimeout == 0 {
+		u.opts.AddressTimeout = 15 * time.Minute
+	}
+	if u.opts.APITimeout == 0 {
+		u.opts.APITimeout = 15 * time.Minute
+	}
+	u.image = hypervisor.ImageSpec{Node: m.Node, URL: m.Image.URL, Checksum: m.Image.Checksum, ChecksumURL: m.Image.ChecksumURL}
+	if iu, err := url.Parse(m.Image.URL); err == nil {
+		u.image.FileName = path.Base(iu.Path)
+	}
+	keys, err := sshKeys(m)
+	if err != nil {
+		return nil, err
+	}
+	u.keys = keys
+	if m.IP != "" {
+		ip, err := netip.ParseAddr(m.IP)
+		if err != nil {
+			return nil, fmt.Errorf("management.ip %q: %w", m.IP, err)
+		}
+		subnet, err := netip.ParsePrefix(lab.Network.CIDR)
+		if err != nil {
+			return nil, fmt.Errorf("network.cidr %q: %w", lab.Network.CIDR, err)
+		}
+		u.static = netip.PrefixFrom(ip, subnet.Bits())
+	}
+	if u.kubeconfig, err = kube.MgmtKubeconfigPath(lab.Metadata.Name); err != nil {
+		return nil, err
+	}
+	if _, err := u.vmSpec(nil); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// sshKeys are management.sshPublicKeys plus the key in sshPublicKeyFile.
+func sshKeys(m config.Management) ([]string, error) {
+	keys := append([]string(nil), m.SSHPublicKeys...)
+	if m.SSHPublicKeyFile != "" {
+		p := m.SSHPublicKeyFile
+		if rest, ok := strings.CutPrefix(p, "~/"); ok {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return nil, fmt.Errorf("management.sshPublicKeyFile %s: %w", p, err)
+			}
+			p = filepath.Join(home, rest)
+		}
+		data, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("management.sshPublicKeyFile: %s does not exist; make a key with 'ssh-keygen -t ed25519' or set management.sshPublicKeys", p)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("management.sshPublicKeyFile: reading %s: %w", p, err)
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+				keys = append(keys, l)
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("management: no SSH public key; set sshPublicKeyFile or sshPublicKeys")
+	}
+	return keys, nil
+}
+
+// vmSpec renders the management VM: k3s at the pinned version with
+// traefik off and the VM's address in its certificate, the installer's
+// manifests in k3s's auto-deploy folder, and a static address when
+// management.ip is set.
+func (u *UpRun) vmSpec(manifests []cloudinit.File) (hypervisor.VMSpec, error) {
+	m := u.lab.Management
+	mem, err := resource.ParseQuantity(m.Size.Memory)
+	if err != nil {
+		return hypervisor.VMSpec{}, fmt.Errorf("management.size.memory %q: %w", m.Size.Memory, err)
+	}
+	disk, err := resource.ParseQuantity(m.Size.Disk)
+	if err != nil {
+		return hypervisor.VMSpec{}, fmt.Errorf("management.size.disk %q: %w", m.Size.Disk, err)
+	}
+	mac := hypervisor.StableMAC(u.lab.Metadata.Name, m.Name)
+	k3s := &cloudinit.K3s{Version: m.K3sVersion, Manifests: manifests}
+	if u.static.IsValid() {
+		k3s.TLSSANs = []string{u.static.Addr().String()}
+	}
+	ud, err := cloudinit.UserData(cloudinit.Config{Hostname: m.Name, User: m.User, SSHKeys: u.keys, K3s: k3s})
+	if err != nil {
+		return hypervisor.VMSpec{}, fmt.Errorf("management VM: %w", err)
+	}
+	spec := hypervisor.VMSpec{
+		Lab: u.lab.Metadata.Name, Name: m.Name, Node: m.Node, ID: m.VMID,
+		CPUs: m.Size.CPUs, MemoryMiB: int(mem.Value() >> 20), DiskGiB: int(disk.Value() >> 30),
+		Image:   u.img,
+		Network: hypervisor.NetworkSpec{VLAN: u.lab.Network.VLAN, MAC: mac},
+		CloudInit: hypervisor.CloudInit{
+			Hostname: m.Name, User: m.User, SSHKeys: u.keys, UserData: ud,
+		},
+	}
+	if u.static.IsValid() {
+		var dns []netip.Addr
+		for _, d := range u.lab.Network.DNS {
+			if a, err := netip.ParseAddr(d); err == nil {
+				dns = append(dns, a)
+			}
+		}
+		gw, _ := netip.ParseAddr(u.lab.Network.Gateway)
+		nc, err := cloudinit.NetworkConfig(cloudinit.Static{MAC: mac, Address: u.static, Gateway: gw, DNS: dns})
+		if err != nil {
+			return hypervisor.VMSpec{}, fmt.Errorf("management VM: %w", err)
+		}
+		spec.CloudInit.NetworkConfig = nc
+		spec.CloudInit.Address, spec.CloudInit.Gateway, spec.CloudInit.DNSServers = u.static, gw, dns
+	}
+	return spec, nil
+}
+
+// Steps are mgmt up in order. Each looks at the real state first.
+func (u *UpRun) Steps() []step.Step {
+	m := u.lab.Management
+	var steps []step.Step
+	if hp, ok := u.drv.(hypervisor.HostPreparer); ok {
+		steps = append(steps, step.Step{
+			Name:  "prepare hypervisor " + u.drv.Name(),
+			Plan:  hp.PlanHost,
+			Apply: hp.PrepareHost,
+		})
+	}
+	return append(steps,
+		step.Step{Name: "cloud image " + u.image.FileName, Plan: u.planImage, Apply: u.applyImage},
+		step.Step{Name: "create VM " + m.Name, Plan: u.planCreate, Apply: u.applyCreate},
+		step.Step{Name: "start VM " + m.Name, Plan: u.planStart, Apply: u.applyStart},
+		step.Step{Name: "wait for the address of " + m.Name, Apply: u.waitAddress},
+		step.Step{Name: "wait for the k3s API", Apply: u.waitAPI},
+		step.Step{Name: "store the kubeconfig", Plan: u.planKubeconfig, Apply: u.storeKubeconfig},
+		step.Step{Name: "mgmt install", Plan: u.planInstall, Apply: u.install},
+	)
+}
+
+// findVM remembers the VM when it exists.
+func (u *UpRun) findVM(ctx context.Context) (bool, error) {
+	vm, err := u.drv.FindVM(ctx, u.lab.Metadata.Name, u.lab.Management.Name)
+	if errors.Is(err, hypervisor.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	u.vm = vm
+	return true, nil
+}
+
+func (u *UpRun) planImage(ctx context.Context) ([]string, error) {
+	if ok, err := u.findVM(ctx); ok || err != nil {
+		return nil, err // the VM exists: its image is not needed again
+	}
+	img, err := u.drv.FindImage(ctx, u.image)
+	if err == nil {
+		u.img = img
+		return nil, nil
+	}
+	if !errors.Is(err, hypervisor.ErrNotFound) {
+		return nil, err
+	}
+	check := u.image.Checksum
+	if check == "" {
+		check = "the sha256 listed in " + u.image.ChecksumURL
+	}
+	return []string{fmt.Sprintf("download %s, check it against %s, and put it on %s", u.image.URL, check, u.drv.Name())}, nil
+}
+
+func (u *UpRun) applyImage(ctx context.Context) error {
+	img, err := u.drv.EnsureImage(ctx, u.image)
+	if err != nil {
+		return err
+	}
+	u.img = img
+	return nil
+}
+
+func (u *UpRun) planCreate(ctx context.Context) ([]string, error) {
+	if ok, err := u.findVM(ctx); ok || err != nil {
+		return nil, err
+	}
+	m := u.lab.Management
+	addr := "DHCP"
+	if u.static.IsValid() {
+		addr = u.static.String()
+	}
+	return []string{fmt.Sprintf("create VM %s on %s: %d CPUs, %s memory, %s disk, address %s, k3s %s by cloud-init",
+		m.Name, u.drv.Name(), m.Size.CPUs, m.Size.Memory, m.Size.Disk, addr, m.K3sVersion)}, nil
+}
+
+func (u *UpRun) applyCreate(ctx context.Context) error {
+	if u.img.Volume == "" { // the image step was up to date in an earlier run
+		img, err := u.drv.EnsureImage(ctx, u.image)
+		if err != nil {
+			return err
+		}
+		u.img = img
+	}
+	var manifests []cloudinit.File
+	if u.opts.Installer != nil {
+		var err error
+		if manifests, err = u.opts.Installer.K3sManifests(u.lab); err != nil {
+			return fmt.Errorf("rendering the k3s manifests of mgmt install: %w", err)
+		}
+	}
+	spec, err := u.vmSpec(manifests)
+	if err != nil {
+		return err
+	}
+	vm, err := u.drv.CreateVM(ctx, spec)
+	if err != nil {
+		return err
+	}
+	u.vm = vm
+	return nil
+}
+
+func (u *UpRun) planStart(ctx context.Context) ([]string, error) {
+	ok, err := u.findVM(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ok && u.vm.Running {
+		return nil, nil
+	}
+	return []string{"start VM " + u.lab.Management.Name}, nil
+}
+
+func (u *UpRun) applyStart(ctx context.Context) error {
+	if _, err := u.findVM(ctx); err != nil {
+		return err
+	}
+	return u.drv.StartVM(ctx, u.vm)
+}
+
+func (u *UpRun) waitAddress(ctx context.Context) error {
+	if u.vm.Name == "" {
+		if _, err := u.findVM(ctx); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, u.opts.AddressTimeout)
+	defer cancel()
+	stop := ticker(ctx, "waiting for the guest to report its address")
+	addr, err := u.drv.WaitAddress(ctx, u.vm)
+	stop()
+	if err != nil {
+		return err
+	}
+	if u.static.IsValid() && addr != u.static.Addr() {
+		return fmt.Errorf("VM %s reports address %s, but lab.yaml sets management.ip %s; check the network config of the VM", u.vm.Name, addr, u.static.Addr())
+	}
+	u.addr = addr
+	step.Progress(ctx, "%s", addr)
+	return nil
+}
+
+// waitAPI waits until k3s serves HTTPS on 6443. Any HTTP answer counts:
+// the anonymous request is refused until the kubeconfig is fetched.
+func (u *UpRun) waitAPI(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, u.opts.APITimeout)
+	defer cancel()
+	endpoint := "https://" + netip.AddrPortFrom(u.addr, u.apiPort).String() + "/readyz"
+	stop := ticker(ctx, "waiting for "+endpoint)
+	defer stop()
+	// Only a liveness probe: no credentials go over it, and the stored
+	// kubeconfig verifies the server with k3s's CA afterwards.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // probe only, see above
+		DialContext:     (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+	}}
+	defer client.CloseIdleConnections()
+	wait := time.Second
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("k3s API at %s did not answer: %w (last: %v)", endpoint, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+func (u *UpRun) planKubeconfig(ctx context.Context) ([]string, error) {
+	want := fmt.Sprintf("fetch %s from the VM, point it at https://<VM address>:6443 and store it at %s (mode 0600)", cloudinit.K3sKubeconfigPath, u.kubeconfig)
+	if !u.addr.IsValid() { // dry run: the VM is not up
+		return []string{want}, nil
+	}
+	data, err := u.fetchKubeconfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if have, err := os.ReadFile(u.kubeconfig); err == nil && string(have) == string(data) {
+		return nil, nil
+	}
+	return []string{want}, nil
+}
+
+// fetchKubeconfig reads k3s's kubeconfig through the driver, waiting for
+// k3s to write it, and rewrites it for use from outside the VM.
+func (u *UpRun) fetchKubeconfig(ctx context.Context) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, u.opts.APITimeout)
+	defer cancel()
+	for {
+		raw, err := u.drv.ReadFile(ctx, u.vm, cloudinit.K3sKubeconfigPath)
+		if err == nil {
+			return rewriteKubeconfig(raw, u.addr, u.lab.Metadata.Name)
+		}
+		if !errors.Is(err, hypervisor.ErrNotFound) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("k3s did not write %s: %w", cloudinit.K3sKubeconfigPath, ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// rewriteKubeconfig points every cluster at the VM's address, keeping the
+// port, and names cluster, user and context "<lab>-mgmt".
+func rewriteKubeconfig(raw []byte, addr netip.Addr, lab string) ([]byte, error) {
+	cfg, err := clientcmd.Load(raw)
+	if err != nil {
+		return nil, fmt.Errorf("reading k3s's kubeconfig: %w", err)
+	}
+	if len(cfg.Clusters) != 1 || len(cfg.AuthInfos) != 1 || len(cfg.Contexts) != 1 {
+		return nil, fmt.Errorf("k3s's kubeconfig has %d clusters, %d users and %d contexts; want one of each", len(cfg.Clusters), len(cfg.AuthInfos), len(cfg.Contexts))
+	}
+	name := lab + "-mgmt"
+	out := clientcmdapi.NewConfig()
+	for _, c := range cfg.Clusters {
+		su, err := url.Parse(c.Server)
+		if err != nil || su.Host == "" {
+			return nil, fmt.Errorf("k3s's kubeconfig: server %q is not a URL", c.Server)
+		}
+		port := su.Port()
+		if port == "" {
+			port = "443"
+		}
+		su.Host = net.JoinHostPort(addr.String(), port)
+		c.Server = su.String()
+		out.Clusters[name] = c
+	}
+	for _, a := range cfg.AuthInfos {
+		out.AuthInfos[name] = a
+	}
+	for _, c := range cfg.Contexts {
+		c.Cluster, c.AuthInfo = name, name
+		out.Contexts[name] = c
+	}
+	out.CurrentContext = name
+	data, err := clientcmd.Write(*out)
+	if err != nil {
+		return nil, fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	return data, nil
+}
+
+// storeKubeconfig writes the kubeconfig 0600 (atomically) and checks that
+// it reaches the API with k3s's credentials.
+func (u *UpRun) storeKubeconfig(ctx context.Context) error {
+	data, err := u.fetchKubeconfig(ctx)
+	if err != nil {
+		return err
+	}
+	if err := writePrivate(u.kubeconfig, data); err != nil {
+		return err
+	}
+	c, err := kube.Connect(u.kubeconfig)
+	if err != nil {
+		return err
+	}
+	v, err := c.ServerVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("the stored kubeconfig %s does not reach the API: %w", u.kubeconfig, err)
+	}
+	step.Progress(ctx, "Kubernetes %s", v.GitVersion)
+	return nil
+}
+
+func writePrivate(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".kubeconfig-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if err := tmp.Chmod(0o600); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// planInstall is nil (always run) when there is an installer, and says
+// plainly when there is none: the step will fail.
+func (u *UpRun) planInstall(context.Context) ([]string, error) {
+	if u.opts.Installer != nil {
+		return []string{"install the management stack with mgmt install"}, nil
+	}
+	return []string{"install the management stack: not available in this build, so this step will fail"}, nil
+}
+
+func (u *UpRun) install(ctx context.Context) error {
+	if u.opts.Installer == nil {
+		return fmt.Errorf("%w; the VM is up and its kubeconfig is at %s: run 'labctl mgmt install' once your labctl has it", ErrNoInstaller, u.kubeconfig)
+	}
+	return u.opts.Installer.Install(ctx, u.lab, u.kubeconfig)
+}
+
+// ticker reports how long a wait has taken on the step's line until stop.
+func ticker(ctx context.Context, what string) (stop func()) {
+	done := make(chan struct{})
+	began := time.Now()
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				step.Progress(ctx, "%s (%s)", what, ui.Duration(time.Since(began).Truncate(time.Second)))
+			}
+		}
+	}()
+	return func() { close(done) }
+}

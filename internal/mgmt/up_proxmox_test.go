@@ -1,0 +1,319 @@
+package mgmt
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/proxmox"
+	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/step"
+	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testbed/standin"
+	"github.com/labctl/labctl/internal/ui"
+)
+
+// mgmt up on Proxmox: the real driver against the strict fake PVE (every
+// request checked against the real PVE API schema), whose VM's guest agent
+// hands out the kubeconfig of the real test bed API server. The lab is the
+// owner's, moved to loopback so nothing leaves this machine.
+
+var pveImage = bytes.Repeat([]byte("noble-qcow2 "), 4096)
+
+const pveImageURL = "https://cloud-images.example/noble/current/noble-server-cloudimg-amd64.img"
+
+func proxmoxLab(t *testing.T, srv *pvetest.Server) *config.Lab {
+	t.Helper()
+	lab, err := config.Parse("lab.yaml", proxmoxLabYAML(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lab
+}
+
+// proxmoxLabYAML is the owner's lab.yaml on loopback, aimed at srv.
+func proxmoxLabYAML(t *testing.T, srv *pvetest.Server) []byte {
+	t.Helper()
+	raw, err := os.ReadFile("../../examples/lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	pve := doc["hypervisors"].([]any)[0].(map[string]any)["proxmox"].(map[string]any)
+	pve["url"] = srv.URL
+	pve["tls"] = map[string]any{"fingerprint": proxmox.Fingerprint(srv.Certificate())}
+	doc["network"] = map[string]any{"cidr": "127.0.0.0/24", "gateway": "127.0.0.254", "vlan": 4, "dns": []string{"127.0.0.254"}}
+	m := doc["management"].(map[string]any)
+	m["ip"] = "127.0.0.1"
+	delete(m, "sshPublicKeyFile")
+	m["sshPublicKeys"] = []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMgmt test@labctl"}
+	sum := sha256.Sum256(pveImage)
+	m["image"] = map[string]any{"url": pveImageURL, "checksum": "sha256:" + hex.EncodeToString(sum[:])}
+	delete(doc, "images")
+	delete(doc, "clusters")
+	out, _ := yaml.Marshal(doc)
+	t.Setenv("PVE_TOKEN_SECRET", srv.Secret)
+	return out
+}
+
+type pveBed struct {
+	srv *pvetest.Server
+	lab *config.Lab
+	drv *proxmox.Driver
+	kc  []byte
+	log bytes.Buffer
+}
+
+func newPVEBed(t *testing.T, kc []byte) *pveBed {
+	t.Helper()
+	b := &pveBed{srv: pvetest.New(t, pvetest.WithAddr("127.0.0.2:0"),
+		pvetest.WithTaskDelay(5*time.Millisecond), pvetest.WithAgentDelay(5*time.Millisecond)), kc: kc}
+	b.srv.ServeURL(pveImageURL, pveImage)
+	b.srv.OnFileRead(func(_ *pvetest.VM, p string) ([]byte, bool) { return kc, p == "/etc/rancher/k3s/k3s.yaml" })
+	b.lab = proxmoxLab(t, b.srv)
+	d, err := proxmox.New(b.lab.Hypervisors[0], proxmox.Options{Warn: &b.log, Log: &b.log, Verbose: 9,
+		Timeout: 2 * time.Second, Backoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.drv = d
+	return b
+}
+
+func (b *pveBed) up(t *testing.T, ctx context.Context, inst Installer) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	io := &ui.IO{Out: &out, Err: &out}
+	u, err := NewUp(b.lab, b.drv, UpOptions{IO: io, Installer: inst, Verbose: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.apiPort = apiPortOf(t, b.kc)
+	err = (&step.Runner{IO: io, Verbose: 9}).Run(ctx, u.Steps())
+	return out.String(), err
+}
+
+// labVMs counts the VMs of lab home; every VM must be labctl's or foreign.
+func (b *pveBed) labVMs(t *testing.T) []pvetest.VM {
+	t.Helper()
+	var out []pvetest.VM
+	for _, v := range b.srv.VMs() {
+		if strings.Join(v.Tags(), ";") == "labctl;labctl-lab-home" {
+			out = append(out, v)
+		} else if v.ID >= 200 {
+			t.Errorf("orphan VM %d %q", v.ID, v.Name())
+		}
+	}
+	return out
+}
+
+func TestUpOnProxmoxEndToEnd(t *testing.T) {
+	env := testbed.Start(t)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	b := newPVEBed(t, k3sStyle(t, env.Kubeconfig))
+	inst := &recordingInstaller{}
+	out, err := b.up(t, t.Context(), inst)
+	if err != nil {
+		t.Fatalf("mgmt up: %v\n%s", err, out)
+	}
+	reqs, polls := b.srv.Requests(), 0
+	for _, r := range reqs {
+		if r.Path == "/nodes/{node}/tasks/{upid}/status" || r.Path == "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces" {
+			polls++
+		}
+	}
+	w := b.srv.Writes()
+	t.Logf("one mgmt up on Proxmox: %d PVE requests: %d writes, %d reads, %d polls of tasks and the guest agent", len(reqs), w, len(reqs)-w-polls, polls)
+	if w != 5 {
+		t.Errorf("%d writes, want 5: download-url, upload, create, resize, start", w)
+	}
+
+	vms := b.labVMs(t)
+	if len(vms) != 1 {
+		t.Fatalf("%d management VMs", len(vms))
+	}
+	vm := vms[0]
+	cfg := vm.Config
+	mac := strings.ToUpper(hypervisor.StableMAC("home", "labctl-mgmt"))
+	for k, want := range map[string]string{
+		"name": "labctl-mgmt", "cores": "4", "memory": "8192", "agent": "enabled=1",
+		"scsi0": "local-lvm:vm-201-disk-0,discard=on,iothread=1,size=40G", "ide2": "local-lvm:vm-201-cloudinit,media=cdrom",
+		"net0": "virtio=" + mac + ",bridge=vmbr0,tag=4", "ipconfig0": "ip=127.0.0.1/24,gw=127.0.0.254", "ciuser": "ubuntu",
+	} {
+		if cfg[k] != want {
+			t.Errorf("%s = %q, want %q", k, cfg[k], want)
+		}
+	}
+	if vm.ID != 201 || !vm.Running {
+		t.Errorf("VM %d running=%v", vm.ID, vm.Running)
+	}
+	seed, _, _ := strings.Cut(cfg["ide3"], ",")
+	iso, ok := b.srv.Volume("pv1-1", "local", seed)
+	if !ok || !bytes.Contains(iso, []byte("v1.35.4+k3s1")) || !bytes.Contains(iso, []byte("labctl-stack.yaml")) {
+		t.Errorf("seed ISO %q: k3s pin or HelmChart manifests missing", seed)
+	}
+	path, _ := kube.MgmtKubeconfigPath("home")
+	c, err := kube.Connect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.ServerVersion(t.Context()); err != nil || v.GitVersion != "v1.35.4" {
+		t.Fatalf("stored kubeconfig: %v %v", v, err)
+	}
+	if len(inst.kubeconfigs) != 1 {
+		t.Errorf("mgmt install ran %d times", len(inst.kubeconfigs))
+	}
+
+	b.srv.ResetRequests()
+	if out, err := b.up(t, t.Context(), inst); err != nil {
+		t.Fatalf("second mgmt up: %v\n%s", err, out)
+	}
+	if w := b.srv.Writes(); w != 0 {
+		t.Errorf("second mgmt up made %d PVE writes: %+v", w, b.srv.Requests())
+	}
+	if strings.Contains(out+b.log.String(), b.srv.Secret) {
+		t.Error("the token secret was printed")
+	}
+}
+
+// TestUpOnProxmoxInterruptedConverges cancels mgmt up at PVE requests
+// of a whole run, one by one, then re-runs: one VM, and the run finishes.
+func TestUpOnProxmoxInterruptedConverges(t *testing.T) {
+	env := testbed.Start(t)
+	kc := k3sStyle(t, env.Kubeconfig)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	probe := newPVEBed(t, kc)
+	if out, err := probe.up(t, t.Context(), &recordingInstaller{}); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	total := len(probe.srv.Requests())
+	for cut := 1; cut < total; cut++ {
+		t.Run(fmt.Sprintf("cancel-at-request-%d", cut), func(t *testing.T) {
+			t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+			b := newPVEBed(t, kc)
+			ctx, cancel := context.WithCancel(t.Context())
+			n := 0
+			b.srv.OnRequest(func(pvetest.Request) {
+				if n++; n == cut {
+					cancel()
+				}
+			})
+			_, err := b.up(t, ctx, &recordingInstaller{})
+			b.srv.OnRequest(nil)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("interrupted run: %v", err)
+			}
+			if out, err := b.up(t, t.Context(), &recordingInstaller{}); err != nil {
+				t.Fatalf("re-run: %v\n%s", err, out)
+			}
+			if n := len(b.labVMs(t)); n != 1 {
+				t.Errorf("%d VMs after the re-run", n)
+			}
+		})
+	}
+}
+
+// TestUpOnProxmoxIntoRealInstall is the whole of 'labctl mgmt up' on
+// Proxmox: the strict fake PVE makes the VM, its guest agent hands out the
+// test bed's kubeconfig, and the real mgmt install puts the stack onto the
+// real API server (charts from the loopback stand-in repo, stand-in
+// controllers for what a real cluster would run). A second run writes to
+// neither PVE nor the cluster.
+func TestUpOnProxmoxIntoRealInstall(t *testing.T) {
+	repo := standin.ServeRepo(t)
+	env := testbed.Start(t, testbed.WithCRDs("capi", "operator", "helm-controller"))
+	standin.PlayHelmController(t, env.Config)
+	standin.PlayDeployments(t, env.Config, 100*time.Millisecond)
+	standin.PlayOperator(t, env.Config, 100*time.Millisecond)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	b := newPVEBed(t, k3sStyle(t, env.Kubeconfig))
+	b.lab.Management.Stack.ChartRepos = config.ChartRepos{CertManager: repo.URL, ClusterAPIOperator: repo.URL}
+
+	var kubeWrites atomic.Int64
+	var instOut bytes.Buffer
+	inst := &StackInstaller{IO: &ui.IO{Out: &instOut, Err: &instOut}, Timeout: time.Minute, Verbose: 3,
+		Connect: func(path string) (*kube.Client, error) {
+			c, err := kube.Connect(path)
+			if err == nil {
+				c.WrapTransport(func(rt http.RoundTripper) http.RoundTripper {
+					return countWrites{rt, &kubeWrites}
+				})
+			}
+			return c, err
+		}}
+	out, err := b.up(t, t.Context(), inst)
+	if err != nil {
+		t.Fatalf("mgmt up: %v\n%s\n%s", err, out, instOut.String())
+	}
+	vm := b.labVMs(t)[0]
+	seed, _, _ := strings.Cut(vm.Config["ide3"], ",")
+	iso, _ := b.srv.Volume("pv1-1", "local", seed)
+	if !bytes.Contains(iso, []byte("labctl-cert-manager.yaml")) || !bytes.Contains(iso, []byte("kind: HelmChart")) {
+		t.Error("the seed ISO lacks the stack's HelmChart manifests")
+	}
+	path, _ := kube.MgmtKubeconfigPath("home")
+	c, err := kube.Connect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Ctrl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct{ kind, ns, name string }{
+		{"CoreProvider", "capi-system", "cluster-api"},
+		{"InfrastructureProvider", "capmox-system", "proxmox"},
+	} {
+		var list unstructured.UnstructuredList
+		list.SetGroupVersionKind(schema.GroupVersionKind{Group: "operator.cluster.x-k8s.io", Version: "v1alpha2", Kind: p.kind + "List"})
+		if err := cl.List(t.Context(), &list); err != nil || len(list.Items) == 0 {
+			t.Errorf("%s: %v, %d found", p.kind, err, len(list.Items))
+		}
+	}
+	t.Logf("first run: %d PVE requests (%d writes), %d cluster writes", len(b.srv.Requests()), b.srv.Writes(), kubeWrites.Load())
+
+	b.srv.ResetRequests()
+	kubeWrites.Store(0)
+	if out, err := b.up(t, t.Context(), inst); err != nil {
+		t.Fatalf("second mgmt up: %v\n%s", err, out)
+	}
+	if w, k := b.srv.Writes(), kubeWrites.Load(); w != 0 || k != 0 {
+		t.Errorf("second mgmt up: %d PVE writes, %d cluster writes; want 0 and 0", w, k)
+	}
+	if all := out + instOut.String() + b.log.String(); strings.Contains(all, b.srv.Secret) ||
+		strings.Contains(all, base64.StdEncoding.EncodeToString([]byte(b.srv.Secret))) {
+		t.Error("the token secret was printed")
+	}
+}
+
+type countWrites struct {
+	rt http.RoundTripper
+	n  *atomic.Int64
+}
+
+func (c countWrites) RoundTrip(r *http.Request) (*http.Response, error) {
+	if kube.IsWrite(r) {
+		c.n.Add(1)
+	}
+	return c.rt.RoundTrip(r)
+}
