@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -198,6 +197,3 @@ func chartStatus(ctx context.Context, kc *kube.Client, hc *helm.Client, mode Cha
 	out.Reason = strings.Join(reasons, "; ")
 	return out, nil
 }
-
-// waitTimeout is the status' default bound on talking to the cluster.
-const waitTimeout = 30 * time.Second
