@@ -61,14 +61,15 @@ func Run(ctx context.Context, io *ui.IO, args []string) int {
 	}
 	var code codeError
 	switch {
+	case ctx.Err() != nil:
+		// Whatever the command made of it, Ctrl-C ends with the same code.
+		fmt.Fprintln(io.Err, "Error: interrupted")
+		return exitInterrupted
 	case errors.As(err, &code):
 		return code.code
 	case errors.Is(err, errNotImplemented):
 		fmt.Fprintf(io.Err, "Error: %s\n", err)
 		return exitUsage
-	case ctx.Err() != nil:
-		fmt.Fprintln(io.Err, "Error: interrupted")
-		return exitInterrupted
 	}
 	fmt.Fprintf(io.Err, "Error: %s\n", err)
 	var usage usageError

@@ -95,9 +95,10 @@ var unknownAnchor = regexp.MustCompile(`unknown anchor '(.*)' referenced`)
 // parseError is syntaxError for errors of the YAML parser, with the line
 // numbers yaml gets wrong put right.
 func parseError(file string, data []byte, err error) error {
-	l, ok := syntaxError(file, err).(ErrorList)
+	err = syntaxError(file, err)
+	l, ok := err.(ErrorList)
 	if !ok || len(l) != 1 {
-		return l
+		return err
 	}
 	e := l[0]
 	if m := unknownAnchor.FindStringSubmatch(e.Msg); m != nil {
@@ -241,7 +242,17 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			return
 		}
 		for i, item := range n.Content {
-			w.walk(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+			ip := fmt.Sprintf("%s[%d]", path, i)
+			target := item
+			if target.Kind == yaml.AliasNode && target.Alias != nil {
+				target = target.Alias
+			}
+			if target.Kind == yaml.ScalarNode && target.Tag == "!!null" {
+				// yaml drops empty entries, which would shift the rest.
+				w.fail(item, ip, "is an empty entry; fill it in or remove its '-'")
+				continue
+			}
+			w.walk(item, t.Elem(), ip)
 		}
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode {
@@ -278,6 +289,8 @@ func describe(n *yaml.Node) string {
 		return "a mapping"
 	case yaml.SequenceNode:
 		return "a list"
+	case yaml.AliasNode:
+		return "the alias *" + n.Value
 	}
 	return strconv.Quote(n.Value)
 }

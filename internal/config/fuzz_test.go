@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/labctl/labctl/internal/config"
@@ -71,4 +73,75 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("round trip is not stable:\nfirst:\n%s\nsecond:\n%s", out1, out2)
 		}
 	})
+}
+
+// FuzzMarshalFields puts arbitrary text into one string field of the owner's
+// lab at a time. Whatever Marshal writes must read back as the same text:
+// when that lab is valid, `config view` output is a fixed point.
+func FuzzMarshalFields(f *testing.F) {
+	base, err := os.ReadFile("../../examples/lab.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i, s := range []string{"", " ", "null", "~", "0x10", "1e3", "true", "yes", "- a", "a: b", "#x", "'", "\"", "\t", "é", "a\nb", "*x", "&x", "!!str", "192.168.4.50", "v1.35.4", "@", "%"} {
+		f.Add(uint8(i), s)
+	}
+	f.Fuzz(func(t *testing.T, which uint8, value string) {
+		lab, err := config.Parse("lab.yaml", base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields := stringFields(reflect.ValueOf(lab).Elem())
+		field := fields[int(which)%len(fields)]
+		field.SetString(value)
+
+		out1, err := config.Marshal(lab)
+		if err != nil {
+			t.Fatalf("Marshal: %v", err)
+		}
+		lab1, err := config.Parse("view.yaml", out1)
+		if err != nil {
+			return // the value is invalid; that is Validate's business
+		}
+		if got := stringFields(reflect.ValueOf(lab1).Elem())[int(which)%len(fields)].String(); got != value && strings.TrimSpace(value) != "" {
+			t.Fatalf("wrote %q, read back %q:\n%s", value, got, out1)
+		}
+		out2, err := config.Marshal(lab1)
+		if err != nil {
+			t.Fatalf("Marshal: %v", err)
+		}
+		lab2, err := config.Parse("view.yaml", out2)
+		if err != nil {
+			t.Fatalf("the marshalled lab does not parse again: %v\n%s", err, out2)
+		}
+		out3, err := config.Marshal(lab2)
+		if err != nil {
+			t.Fatalf("Marshal: %v", err)
+		}
+		if !bytes.Equal(out2, out3) {
+			t.Fatalf("round trip is not stable:\n%s\n---\n%s", out2, out3)
+		}
+	})
+}
+
+// stringFields lists every settable string in v, depth first.
+func stringFields(v reflect.Value) []reflect.Value {
+	var out []reflect.Value
+	switch v.Kind() {
+	case reflect.String:
+		out = append(out, v)
+	case reflect.Pointer:
+		if !v.IsNil() {
+			out = append(out, stringFields(v.Elem())...)
+		}
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			out = append(out, stringFields(v.Field(i))...)
+		}
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			out = append(out, stringFields(v.Index(i))...)
+		}
+	}
+	return out
 }

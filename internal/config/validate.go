@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -119,6 +120,8 @@ func (v *validator) network(p *field.Path) {
 	for i, d := range n.DNS {
 		if a, err := netip.ParseAddr(d); err != nil || !a.Is4() {
 			v.add(p.Child("dns").Index(i), "%q is not an IPv4 address", d)
+		} else if j := indexOf(n.DNS[:i], d); j >= 0 {
+			v.add(p.Child("dns").Index(i), "%s is listed twice (also dns[%d])", d, j)
 		}
 	}
 }
@@ -185,7 +188,7 @@ func (v *validator) hypervisors(p *field.Path) {
 func (v *validator) proxmox(p *field.Path, px *Proxmox) {
 	if u, err := url.Parse(px.URL); px.URL == "" {
 		v.add(p.Child("url"), "is required, e.g. https://192.168.0.8:8006")
-	} else if err != nil || u.Scheme != "https" || u.Host == "" {
+	} else if err != nil || u.Scheme != "https" || u.Hostname() == "" || !validPort(u.Port()) {
 		v.add(p.Child("url"), "%q must be an https URL such as https://192.168.0.8:8006", px.URL)
 	}
 	switch {
@@ -235,12 +238,23 @@ func (v *validator) proxmox(p *field.Path, px *Proxmox) {
 	}
 }
 
+// validPort is an empty port or one from 1 to 65535.
+func validPort(s string) bool {
+	if s == "" {
+		return true
+	}
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 1 && n <= 65535
+}
+
 func (v *validator) secretRef(p *field.Path, s SecretRef) {
 	switch {
 	case s.Env == "" && s.File == "":
 		v.add(p, "is required: name where the secret is kept, {env: PVE_TOKEN_SECRET} or {file: ~/.config/labctl/pve-token}")
 	case s.Env != "" && s.File != "":
 		v.add(p, "sets both env and file; pick one")
+	case strings.HasPrefix(s.Env, "$"):
+		v.add(p.Child("env"), "%q: write the variable's name without the $, e.g. %s", s.Env, strings.Trim(s.Env, "${}"))
 	case s.Env != "" && !envNameRe.MatchString(s.Env):
 		v.add(p.Child("env"), "%q is not an environment variable name; it names the variable, it is not the secret", s.Env)
 	case secretLike.MatchString(s.Env):
@@ -259,7 +273,7 @@ func (v *validator) libvirt(p *field.Path, lv *Libvirt) {
 		v.add(p.Child("uri"), "%q must be a qemu:///system, qemu+ssh://user@host/system or qemu+tls://host/system URI", lv.URI)
 	case u.Scheme != "qemu" && u.Scheme != "test" && u.Host == "":
 		v.add(p.Child("uri"), "%q names no host; write %s://user@host/system", lv.URI, u.Scheme)
-	case u.Scheme == "qemu" && u.Path != "/system" && u.Path != "/session":
+	case u.Scheme != "test" && u.Path != "/system" && u.Path != "/session":
 		v.add(p.Child("uri"), "%q must end in /system or /session", lv.URI)
 	}
 	if lv.Network != "" && lv.Bridge != "" {
@@ -270,6 +284,15 @@ func (v *validator) libvirt(p *field.Path, lv *Libvirt) {
 	if lv.DomainType != "" && !oneOf(lv.DomainType, domainTypes) {
 		v.add(p.Child("domainType"), "must be kvm or qemu, got %q", lv.DomainType)
 	}
+}
+
+func indexOf(list []string, s string) int {
+	for i, x := range list {
+		if x == s {
+			return i
+		}
+	}
+	return -1
 }
 
 func oneOf(s string, list []string) bool {
@@ -379,6 +402,8 @@ func (v *validator) management(p *field.Path) {
 	for i, k := range m.SSHPublicKeys {
 		if !strings.HasPrefix(k, "ssh-") && !strings.HasPrefix(k, "ecdsa-") && !strings.HasPrefix(k, "sk-") {
 			v.add(p.Child("sshPublicKeys").Index(i), "is not an SSH public key (ssh-ed25519 AAAA...); a private key never belongs here")
+		} else if len(strings.Fields(k)) < 2 {
+			v.add(p.Child("sshPublicKeys").Index(i), "%q has no key after its type; paste the whole line of the .pub file", k)
 		}
 	}
 	if strings.Contains(m.SSHPublicKeyFile, "PRIVATE KEY") || (m.SSHPublicKeyFile != "" && !strings.HasSuffix(m.SSHPublicKeyFile, ".pub")) {
@@ -426,6 +451,10 @@ func (v *validator) cloudImage(p *field.Path, img CloudImage) {
 		v.add(p, "sets both checksum and checksumURL; pick one")
 	case img.Checksum != "" && !sha256Re.MatchString(img.Checksum):
 		v.add(p.Child("checksum"), "must be sha256: followed by 64 lowercase hex digits")
+	case img.ChecksumURL != "":
+		if u, err := url.Parse(img.ChecksumURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			v.add(p.Child("checksumURL"), "%q must be an http(s) URL of a SHA256SUMS file", img.ChecksumURL)
+		}
 	}
 }
 
@@ -509,6 +538,8 @@ func (v *validator) clusters(p *field.Path) {
 			for j, n := range c.AllowedNodes {
 				if !hasNode(h.Proxmox, n) {
 					v.add(cp.Child("allowedNodes").Index(j), "unknown node %q on hypervisor %s; it has: %s", n, h.Name, strings.Join(nodeNames(h.Proxmox), ", "))
+				} else if k := indexOf(c.AllowedNodes[:j], n); k >= 0 {
+					v.add(cp.Child("allowedNodes").Index(j), "%s is listed twice (also allowedNodes[%d])", n, k)
 				}
 			}
 		}
