@@ -89,9 +89,6 @@ func (c *Client) Load(ctx context.Context, ch Chart) (*chart.Chart, error) {
 	return loaded, nil
 }
 
-// Archive returns the chart's .tgz bytes.
-func (c *Client) Archive(ctx context.Context, ch Chart) ([]byte, error) { return c.archive(ctx, ch) }
-
 func (c *Client) archive(ctx context.Context, ch Chart) ([]byte, error) {
 	if ch.File != "" {
 		data, err := os.ReadFile(ch.File)

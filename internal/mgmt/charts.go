@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -13,6 +12,7 @@ import (
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/helm"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/step"
 )
 
 var secretGVK = schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
@@ -64,8 +64,12 @@ func (in *installer) applyChart(ctx context.Context, c *components.Component) er
 				return err
 			}
 		}
-	} else if _, err := in.hc.Ensure(ctx, ch.Release, in.o.Timeout); err != nil {
-		return err
+	} else {
+		r := ch.Release
+		step.Progress(ctx, "Helm: installing or upgrading release %s/%s (chart %s)", r.Namespace, r.Name, r.Chart)
+		if _, err := in.hc.Ensure(ctx, r, in.o.Timeout); err != nil {
+			return err
+		}
 	}
 	if in.o.NoWait {
 		return nil
@@ -193,6 +197,3 @@ func chartStatus(ctx context.Context, kc *kube.Client, hc *helm.Client, mode Cha
 	out.Reason = strings.Join(reasons, "; ")
 	return out, nil
 }
-
-// waitTimeout is the status' default bound on talking to the cluster.
-const waitTimeout = 30 * time.Second

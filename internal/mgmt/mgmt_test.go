@@ -371,12 +371,14 @@ func TestTimeoutNamesComponentAndConditionAndKeepsWhatWasApplied(t *testing.T) {
 	standin.PlayDeployments(t, b.env.Config, 0)
 	op := standin.PlayOperator(t, b.env.Config, 0).Skip("proxmox") // the stand-in never gets CAPMOX ready
 
-	o, err := install(t, b, lab, func(o *mgmt.InstallOptions) { o.Timeout = 2 * time.Second })
+	// Long enough for the stand-in helm-controller to install the charts on
+	// a loaded machine; the provider then uses all of it.
+	o, err := install(t, b, lab, func(o *mgmt.InstallOptions) { o.Timeout = 8 * time.Second })
 	var te *kube.TimeoutError
 	if !errors.As(err, &te) {
 		t.Fatalf("err = %v, want a timeout\n%s", err, o.stderr.String())
 	}
-	want := "InfrastructureProvider proxmox v0.9.0: timed out after 2s waiting for InfrastructureProvider capmox-system/proxmox to be Ready with installedVersion v0.9.0 (last seen: no status conditions yet)"
+	want := "InfrastructureProvider proxmox v0.9.0: timed out after 8s waiting for InfrastructureProvider capmox-system/proxmox to be Ready with installedVersion v0.9.0 (last seen: no status conditions yet)"
 	if !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("err = %q\nwant prefix %q", err, want)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -38,6 +39,9 @@ type Report struct {
 	Components []ComponentStatus `json:"components"`
 }
 
+// statusTimeout bounds reading the whole stack back.
+const statusTimeout = 30 * time.Second
+
 // ErrNotReady means some component is not ready; the report says which.
 var ErrNotReady = errors.New("the management stack is not ready")
 
@@ -58,7 +62,7 @@ func Status(ctx context.Context, o StatusOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
 	mode, err := detectMode(ctx, kc, Auto)
 	if err != nil {

@@ -21,7 +21,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/repo"
@@ -149,14 +148,4 @@ func ServeRepo(t testing.TB, extra ...string) *Repo {
 		t.Fatal(err)
 	}
 	return &Repo{URL: srv.URL, Dir: dir, Requests: func() int { return int(downloads.Load()) }}
-}
-
-// Load reads a packaged chart, for tests that inspect one.
-func Load(t testing.TB, file string) *chart.Chart {
-	t.Helper()
-	ch, err := loader.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ch
 }
