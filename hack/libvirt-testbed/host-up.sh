@@ -50,3 +50,25 @@ if ! alive /run/libvirtd.pid; then
 fi
 for _ in $(seq 100); do virsh -c qemu:///system version >/dev/null 2>&1 && break; sleep 0.1; done
 virsh -c qemu:///system version >&2
+
+# libvirtd probes QEMU's capabilities on first use, by running QEMU with a
+# QMP monitor. On this busy machine that probe QEMU sometimes stops
+# answering, and libvirt waits for it forever, so every define hangs. Probe
+# now, under a watchdog: a probe that hangs is killed (by PID, a QEMU that
+# libvirtd started for probing) and retried.
+tini=$(cat "$state/tini.pid" 2>/dev/null || true)
+for try in 1 2 3 4; do
+	if timeout 120 virsh -q -c qemu:///system capabilities >/dev/null 2>&1; then
+		echo "host-up: QEMU capabilities probed" >&2
+		break
+	fi
+	[ "$try" = 4 ] && { echo "host-up: libvirtd could not probe QEMU's capabilities 4 times; see /var/log/libvirt/labctl-testbed-libvirtd.log" >&2; exit 1; }
+	for pid in $(pgrep -f 'qemu-system-x86_64 .*-qmp unix:/var/lib/libvirt/qemu/qmp-' || true); do
+		ppid=$(ps -o ppid= -p "$pid" | tr -d ' ')
+		if [ -z "$tini" ] || [ "$ppid" = "$tini" ] || [ "$ppid" = 1 ]; then
+			echo "host-up: the capabilities probe (QEMU pid $pid) hangs; killing it and probing again" >&2
+			kill "$pid" 2>/dev/null || true
+		fi
+	done
+	sleep 2
+done
