@@ -19,51 +19,12 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/imagebuild/packertest"
 	"github.com/labctl/labctl/internal/ui"
 )
 
-// standinPacker is a stand-in for packer 1.9.5 with the Proxmox plugin,
-// which cannot be had here. It prints real -machine-readable lines. Its
-// mode comes from STANDIN_MODE: ok (artifact 105), fail, or hang (until
-// SIGINT). It leaks $PROXMOX_TOKEN into a ui line, as Packer's
-// machine-readable mode may, so labctl's scrubbing is tested.
-const standinPacker = `#!/bin/sh
-# stand-in packer for labctl's tests
-if [ "$1" = version ]; then echo "Packer v1.9.5"; exit 0; fi
-echo $$ > "$STANDIN_PID_FILE"
-t=1732950000
-for a in "$@"; do case "$a" in -var-file=*) cp "${a#-var-file=}" "$STANDIN_VARS_COPY";; esac; done
-echo "$t,,ui,say,==> proxmox-iso.ubuntu-2404: Creating VM"
-echo "$t,proxmox-iso.ubuntu-2404,ui,message,    proxmox-iso.ubuntu-2404: token $PROXMOX_TOKEN for $PROXMOX_USERNAME at $PROXMOX_URL"
-echo "make-style plain line"
-case "$STANDIN_MODE" in
-ok)
-  echo "$t,,ui,say,Build 'proxmox-iso.ubuntu-2404' finished after 21 minutes 3 seconds."
-  echo "$t,,ui,say,\\n==> Builds finished. The artifacts of successful builds are:"
-  echo "$t,proxmox-iso.ubuntu-2404,artifact-count,1"
-  echo "$t,proxmox-iso.ubuntu-2404,artifact,0,builder-id,proxmox.iso"
-  echo "$t,proxmox-iso.ubuntu-2404,artifact,0,id,105"
-  echo "$t,proxmox-iso.ubuntu-2404,artifact,0,string,A template was created: 105"
-  echo "$t,proxmox-iso.ubuntu-2404,artifact,0,end"
-  exit 0;;
-fail)
-  echo "$t,,ui,error,Build 'proxmox-iso.ubuntu-2404' errored after 3 seconds: error creating VM: 500 storage 'local-lvm' does not exist"
-  echo "$t,,ui,error,\\n==> Some builds didn't complete successfully and had errors:"
-  echo "$t,,ui,error,--> proxmox-iso.ubuntu-2404: error creating VM: 500 storage 'local-lvm' does not exist%!(PACKER_COMMA) token $PROXMOX_TOKEN"
-  echo "$t,,ui,say,\\n==> Builds finished but no artifacts were created."
-  exit 1;;
-hang)
-  trap 'echo "$t,,ui,error,Build cancelled"; exit 130' INT TERM
-  echo "$t,,ui,say,==> proxmox-iso.ubuntu-2404: Waiting for SSH to become available..."
-  while :; do /bin/sleep 0.1; done;;
-esac
-`
-
-// standinMakefile is image-builder's build-proxmox-ubuntu-2404 target cut
-// down to what labctl relies on: PACKER_VAR_FILES become -var-file flags.
-const standinMakefile = "build-proxmox-ubuntu-2404:\n\tpacker build -machine-readable $(foreach f,$(PACKER_VAR_FILES),-var-file=$(f)) packer/proxmox/packer.json.tmpl\n"
-
 type bed struct {
+	*packertest.Standin
 	srv      *pvetest.Server
 	cfg      string
 	builder  string
@@ -76,24 +37,9 @@ type bed struct {
 
 func newBed(t *testing.T) *bed {
 	t.Helper()
-	b := &bed{srv: pvetest.New(t)}
+	st := packertest.New(t)
+	b := &bed{Standin: st, srv: pvetest.New(t), builder: st.Builder, bin: st.Bin, pidFile: st.PIDFile, varsCopy: st.VarsCopy}
 	tmp := t.TempDir()
-	b.builder = filepath.Join(tmp, "image-builder")
-	capi := filepath.Join(b.builder, "images", "capi")
-	must(t, os.MkdirAll(filepath.Join(capi, "packer", "proxmox"), 0o755))
-	must(t, os.WriteFile(filepath.Join(capi, "Makefile"), []byte(standinMakefile), 0o644))
-	b.bin = filepath.Join(tmp, "bin")
-	must(t, os.MkdirAll(b.bin, 0o755))
-	must(t, os.WriteFile(filepath.Join(b.bin, "packer"), []byte(standinPacker), 0o755))
-	for _, tool := range []string{"python3", "ansible-playbook"} {
-		must(t, os.WriteFile(filepath.Join(b.bin, tool), []byte("#!/bin/sh\n# stand-in\nexit 0\n"), 0o755))
-	}
-	mk, err := lookPathEnv("make")
-	if err != nil {
-		t.Skip("make is not installed: " + err.Error())
-	}
-	must(t, os.Symlink(mk, filepath.Join(b.bin, "make")))
-	b.pidFile, b.varsCopy = filepath.Join(tmp, "packer.pid"), filepath.Join(tmp, "vars.copy.json")
 	b.state = filepath.Join(tmp, "xdg")
 	t.Setenv("XDG_CONFIG_HOME", b.state)
 	t.Setenv("PVE_TOKEN_SECRET", b.srv.Secret)
@@ -116,13 +62,6 @@ func newBed(t *testing.T) *bed {
 	return b
 }
 
-func lookPathEnv(name string) (string, error) {
-	if p, ok := lookPath(os.Getenv("PATH"), name); ok {
-		return p, nil
-	}
-	return "", errors.New(name + " not on PATH")
-}
-
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -134,8 +73,7 @@ func (b *bed) opts(mode string, dry bool) BuildOptions {
 	return BuildOptions{
 		IO: &ui.IO{In: strings.NewReader(""), Out: &b.out, Err: &b.err}, Request: config.Request{Path: b.cfg, Explicit: true},
 		DryRun: dry, Verbose: 3,
-		Environ: []string{"PATH=" + b.bin + ":/usr/bin:/bin", "STANDIN_MODE=" + mode, "STANDIN_PID_FILE=" + b.pidFile,
-			"STANDIN_VARS_COPY=" + b.varsCopy, "PROXMOX_TOKEN=inherited-must-be-dropped", "PACKER_FLAGS=-var=lost"},
+		Environ: append(b.Env(mode), "PATH="+b.Path(), "PROXMOX_TOKEN=inherited-must-be-dropped", "PACKER_FLAGS=-var=lost"),
 	}
 }
 
@@ -206,7 +144,7 @@ func TestBuildTagsTheArtifactOnPVE(t *testing.T) {
 	}
 	log, err := os.ReadFile(b.logFile(t))
 	must(t, err)
-	for _, w := range []string{"artifact,0,id,105", "token <redacted> for root@pam!labctl at " + b.srv.URL + "/api2/json"} {
+	for _, w := range []string{"artifact,0,id,105", `ui,say,\n==> Builds finished. The artifacts`, "token <redacted> for root@pam!labctl at " + b.srv.URL + "/api2/json"} {
 		if !bytes.Contains(log, []byte(w)) {
 			t.Errorf("log lacks %q:\n%s", w, log)
 		}
