@@ -2,6 +2,7 @@ package proxmox
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
@@ -29,6 +30,12 @@ func TestTemplatesAndAddTags(t *testing.T) {
 	srv.ResetRequests()
 	if err := d.AddTags(ctx(t), "pv1-1", 105, want[:1]); err != nil || srv.Writes() != 0 {
 		t.Fatalf("re-tag: err %v, %d writes", err, srv.Writes())
+	}
+	// A concurrent change (stale digest) fails instead of being overwritten.
+	var out any
+	err = d.c.Put(ctx(t), "/nodes/pv1-1/qemu/105/config", map[string]any{"tags": "x", "digest": "0000000000000000000000000000000000000000"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "modified configuration") {
+		t.Fatalf("stale digest: %v", err)
 	}
 	if err := d.AddTags(ctx(t), "pv1-1", 999, want); err == nil {
 		t.Fatal("tagging a missing VM succeeded")
