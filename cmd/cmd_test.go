@@ -71,7 +71,6 @@ func TestVersionText(t *testing.T) {
 
 func TestUnbuiltCommandsExit2(t *testing.T) {
 	for _, args := range [][]string{
-		{"image", "build"}, {"image", "list"},
 		{"cluster", "create", "lab1"}, {"cluster", "scale", "lab1"}, {"cluster", "delete", "lab1"},
 		{"cluster", "list"}, {"cluster", "describe", "lab1"}, {"cluster", "kubeconfig", "lab1"},
 		{"scale-test", "lab1"},

@@ -184,6 +184,15 @@ type Image struct {
 	KubernetesVersion string `yaml:"kubernetesVersion" json:"kubernetesVersion"`
 	// VMID pins the template's VM id; 0 lets Packer pick.
 	VMID int `yaml:"vmid,omitempty" json:"vmid,omitempty"`
+	// ImageBuilder is a kubernetes-sigs/image-builder checkout at the
+	// pinned tag (its root or images/capi); --image-builder overrides it.
+	ImageBuilder string `yaml:"imageBuilder,omitempty" json:"imageBuilder,omitempty"`
+}
+
+// TemplateTags are the Proxmox tags 'image build' puts on the template it
+// makes, and that clusters find it by (CAPMOX templateSelector, exact match).
+func (img Image) TemplateTags() []string {
+	return []string{"labctl", "labctl-image-" + img.Name, "kubernetes-" + img.KubernetesVersion}
 }
 
 // Cluster is a workload cluster made of Cluster API objects.

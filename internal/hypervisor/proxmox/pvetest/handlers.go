@@ -49,6 +49,7 @@ var routes = map[string]func(*call) (any, error){
 	"GET /nodes/{node}/qemu":                                     listVMs,
 	"POST /nodes/{node}/qemu":                                    createVM,
 	"GET /nodes/{node}/qemu/{vmid}/config":                       vmConfig,
+	"PUT /nodes/{node}/qemu/{vmid}/config":                       setVMConfig,
 	"GET /nodes/{node}/qemu/{vmid}/status/current":               vmStatus,
 	"POST /nodes/{node}/qemu/{vmid}/status/start":                startVM,
 	"POST /nodes/{node}/qemu/{vmid}/status/stop":                 stopVM,
@@ -565,6 +566,32 @@ func vmConfig(c *call) (any, error) {
 		out[k] = x
 	}
 	return out, nil
+}
+
+// setVMConfig is the synchronous config update. pvetest applies the keys
+// labctl sets (tags, description, name) and refuses the others; a stale
+// digest fails as on a real PVE.
+func setVMConfig(c *call) (any, error) {
+	_, v, err := c.vm()
+	if err != nil {
+		return nil, err
+	}
+	if d := c.p["digest"]; d != "" && d != DigestOf(v.Config) {
+		return nil, fail(500, "detected modified configuration - file changed by other user? Try again.")
+	}
+	if v.Lock != "" {
+		return nil, fail(500, "VM is locked (%s)", v.Lock)
+	}
+	for k, x := range c.p {
+		switch k {
+		case "node", "vmid", "digest":
+		case "tags", "description", "name":
+			v.Config[k] = x
+		default:
+			return nil, fail(501, "pvetest: setting %q is valid but not implemented here", k)
+		}
+	}
+	return nil, nil
 }
 
 func vmStatus(c *call) (any, error) {

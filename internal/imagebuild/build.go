@@ -1,0 +1,291 @@
+package imagebuild
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/drivers"
+	"github.com/labctl/labctl/internal/hypervisor/proxmox"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/step"
+	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// Templater is what image build and list need from a Proxmox driver.
+type Templater interface {
+	Templates(ctx context.Context) ([]hypervisor.VM, error)
+	AddTags(ctx context.Context, node string, vmid int, tags []string) error
+}
+
+var _ Templater = (*proxmox.Driver)(nil)
+
+// BuildOptions are the inputs of 'labctl image build'.
+type BuildOptions struct {
+	IO      *ui.IO
+	Request config.Request
+	// Name is the image to build; empty builds every image.
+	Name string
+	// ImageBuilder overrides images[].imageBuilder.
+	ImageBuilder string
+	DryRun       bool
+	Verbose      int
+	// Open opens a hypervisor (default drivers.Open).
+	Open func(ctx context.Context, lab *config.Lab, name string) (hypervisor.Driver, error)
+	// Environ is the base child environment (default os.Environ()).
+	Environ []string
+}
+
+// Build builds each selected image in lab.yaml and tags its template.
+func Build(ctx context.Context, o BuildOptions) error {
+	lab, src, err := config.Load(o.Request)
+	if err != nil {
+		return err
+	}
+	imgs := lab.Images
+	if o.Name != "" {
+		i := slices.IndexFunc(imgs, func(img config.Image) bool { return img.Name == o.Name })
+		if i < 0 {
+			return fmt.Errorf("lab.yaml (%s) has no image named %q", src, o.Name)
+		}
+		imgs = imgs[i : i+1]
+	}
+	if len(imgs) == 0 {
+		return fmt.Errorf("lab.yaml (%s) lists no images; add one under images", src)
+	}
+	if o.Open == nil {
+		o.Open = drivers.Open
+	}
+	if o.Environ == nil {
+		o.Environ = os.Environ()
+	}
+	pins, err := versions.Get()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.IO.Err, "lab %s (%s): %d image(s), image-builder %s, packer %s\n", lab.Metadata.Name, src, len(imgs), pins.ImageBuilder, pins.Packer)
+	for _, img := range imgs {
+		if err := buildOne(ctx, o, lab, img, pins); err != nil {
+			return fmt.Errorf("image %s: %w", img.Name, err)
+		}
+	}
+	if o.DryRun {
+		fmt.Fprintln(o.IO.Err, "dry run: nothing was built or changed")
+	}
+	return nil
+}
+
+// plan is one image's build, worked out before anything runs.
+type plan struct {
+	dir, target, varFile, logPath string
+	vars, env                     map[string]string
+	childEnv                      []string
+	sc                            *Scrubber
+}
+
+func prepare(o BuildOptions, lab *config.Lab, img config.Image, pins versions.Pins) (*plan, error) {
+	h, n, err := target(lab, img)
+	if err != nil {
+		return nil, err
+	}
+	vars, err := Vars(lab, img)
+	if err != nil {
+		return nil, err
+	}
+	dirArg := o.ImageBuilder
+	if dirArg == "" {
+		dirArg = img.ImageBuilder
+	}
+	dir, err := FindBuilder(dirArg, pins.ImageBuilder)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := proxmox.Secret(h.Name, h.Proxmox.TokenSecret, proxmox.Options{})
+	if err != nil {
+		return nil, err
+	}
+	state, err := kube.StateDir(lab.Metadata.Name)
+	if err != nil {
+		return nil, err
+	}
+	folder := filepath.Join(state, "images")
+	stamp := time.Now().UTC().Format("20060102T150405Z")
+	p := &plan{
+		dir: dir, target: Target(img), vars: vars, env: Env(h, n, secret), sc: NewScrubber(secret),
+		varFile: filepath.Join(folder, img.Name+".vars.json"),
+		logPath: filepath.Join(folder, img.Name+"-"+stamp+".log"),
+	}
+	// Drop inherited Proxmox and Packer settings so only ours reach the
+	// child; PACKER_FLAGS is cleared because image-builder's re-export
+	// lost flags there in the owner's lab.
+	for _, kv := range o.Environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "PROXMOX_") || k == "PACKER_VAR_FILES" || k == "PACKER_FLAGS" {
+			continue
+		}
+		if k == "PATH" {
+			// image-builder's 'make deps-proxmox' installs packer here.
+			kv = "PATH=" + filepath.Join(dir, ".local", "bin") + string(os.PathListSeparator) + kv[len("PATH="):]
+		}
+		p.childEnv = append(p.childEnv, kv)
+	}
+	for _, k := range Names(p.env) {
+		p.childEnv = append(p.childEnv, k+"="+p.env[k])
+	}
+	p.childEnv = append(p.childEnv, "PACKER_VAR_FILES="+p.varFile)
+	return p, nil
+}
+
+func (p *plan) path() string {
+	for i := len(p.childEnv) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(p.childEnv[i], "PATH="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// show prints the dry run's var file, env names and command on stdout.
+func (p *plan) show(w io.Writer) error {
+	data, err := json.MarshalIndent(p.vars, "", "  ")
+	if err != nil {
+		return err
+	}
+	names := append(Names(p.env), "PACKER_VAR_FILES")
+	_, err = fmt.Fprintf(w, "# variable file %s\n%s\n# environment (names only): %s\n# command\ncd %s && PACKER_VAR_FILES=%s make %s\n",
+		p.varFile, p.sc.Bytes(data), strings.Join(names, " "), p.dir, p.varFile, p.target)
+	return err
+}
+
+func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.Image, pins versions.Pins) error {
+	p, err := prepare(o, lab, img, pins)
+	if err != nil {
+		return err
+	}
+	if o.DryRun {
+		if err := p.show(o.IO.Out); err != nil {
+			return err
+		}
+	}
+	drv, err := o.Open(ctx, lab, img.Hypervisor)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = drivers.Close(drv) }()
+	tm, ok := drv.(Templater)
+	if !ok {
+		return fmt.Errorf("hypervisor %s cannot hold image-builder templates; images for libvirt hosts come in a later release", img.Hypervisor)
+	}
+	tags := img.TemplateTags()
+	var vmid int
+	node := p.vars["node"]
+	steps := []step.Step{
+		{
+			// Checked in dry runs too; nothing to change when they are met.
+			Name: "prerequisites",
+			Plan: func(ctx context.Context) ([]string, error) {
+				return nil, Prereqs(ctx, p.path(), pins.Packer)
+			},
+		},
+		{
+			Name: "build " + img.Name,
+			Plan: func(ctx context.Context) ([]string, error) {
+				have, err := find(ctx, tm, tags)
+				if err != nil || have != nil {
+					return nil, err
+				}
+				return []string{fmt.Sprintf("run make %s in %s (Kubernetes %s, node %s)", p.target, p.dir, img.KubernetesVersion, node)}, nil
+			},
+			Apply: func(ctx context.Context) error {
+				id, err := p.build(ctx)
+				vmid = id
+				return err
+			},
+		},
+		{
+			Name: "tag " + img.Name,
+			Plan: func(ctx context.Context) ([]string, error) {
+				have, err := find(ctx, tm, tags)
+				if err != nil || have != nil {
+					return nil, err
+				}
+				if vmid == 0 {
+					return []string{"tag the new template " + strings.Join(tags, ", ")}, nil
+				}
+				return []string{fmt.Sprintf("tag template %d %s", vmid, strings.Join(tags, ", "))}, nil
+			},
+			Apply: func(ctx context.Context) error {
+				return tm.AddTags(ctx, node, vmid, tags)
+			},
+		},
+	}
+	r := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
+	if err := r.Run(ctx, steps); err != nil {
+		return err
+	}
+	if !o.DryRun {
+		if t, err := find(ctx, tm, tags); err == nil && t != nil {
+			fmt.Fprintf(o.IO.Err, "template %d on %s tagged %s\n", t.ID, t.Node, strings.Join(tags, ";"))
+		}
+	}
+	return nil
+}
+
+// find returns the template carrying all tags, or nil.
+func find(ctx context.Context, tm Templater, tags []string) (*hypervisor.VM, error) {
+	ts, err := tm.Templates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range ts {
+		if !slices.ContainsFunc(tags, func(x string) bool { return !slices.Contains(t.Tags, x) }) {
+			return &t, nil
+		}
+	}
+	return nil, nil
+}
+
+// build writes the var file and log (0600), runs image-builder and returns
+// the template's VMID.
+func (p *plan) build(ctx context.Context) (int, error) {
+	if err := os.MkdirAll(filepath.Dir(p.varFile), 0o700); err != nil {
+		return 0, err
+	}
+	data, err := json.MarshalIndent(p.vars, "", "  ")
+	if err != nil {
+		return 0, err
+	}
+	if err := os.WriteFile(p.varFile, p.sc.Bytes(append(data, '\n')), 0o600); err != nil {
+		return 0, fmt.Errorf("writing the Packer variable file: %w", err)
+	}
+	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("creating the build log: %w", err)
+	}
+	defer f.Close()
+	id, err := run(ctx, p.dir, p.target, p.childEnv, p.sc, f, p.logPath, func(msg string) {
+		step.Progress(ctx, "%s", msg)
+	})
+	if err != nil {
+		return 0, err
+	}
+	// The proxmox builder's artifact id is the VMID; accept node:vmid too.
+	if i := strings.LastIndexByte(id, ':'); i >= 0 {
+		id = id[i+1:]
+	}
+	n, err := strconv.Atoi(id)
+	if err != nil || n <= 0 {
+		return 0, &BuildError{Err: fmt.Errorf("packer's artifact id %q is not a VMID", id), Log: p.logPath}
+	}
+	return n, nil
+}

@@ -1,0 +1,95 @@
+package imagebuild
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/drivers"
+	"github.com/labctl/labctl/internal/ui"
+)
+
+// ListOptions are the inputs of 'labctl image list'.
+type ListOptions struct {
+	IO      *ui.IO
+	Request config.Request
+	Output  string
+	Open    func(ctx context.Context, lab *config.Lab, name string) (hypervisor.Driver, error)
+}
+
+// Template is one row of 'image list'.
+type Template struct {
+	Hypervisor string   `json:"hypervisor" yaml:"hypervisor"`
+	Node       string   `json:"node" yaml:"node"`
+	VMID       int      `json:"vmid" yaml:"vmid"`
+	Name       string   `json:"name" yaml:"name"`
+	Image      string   `json:"image,omitempty" yaml:"image,omitempty"`
+	Kubernetes string   `json:"kubernetesVersion,omitempty" yaml:"kubernetesVersion,omitempty"`
+	Tags       []string `json:"tags" yaml:"tags"`
+}
+
+// List prints the labctl-tagged templates of every Proxmox hypervisor.
+func List(ctx context.Context, o ListOptions) error {
+	lab, _, err := config.Load(o.Request)
+	if err != nil {
+		return err
+	}
+	if o.Open == nil {
+		o.Open = drivers.Open
+	}
+	rows := []Template{}
+	for _, h := range lab.Hypervisors {
+		if h.Proxmox == nil {
+			continue // libvirt images come in a later release
+		}
+		ts, err := listOne(ctx, o, lab, h.Name)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, ts...)
+	}
+	return o.IO.Print(o.Output, rows, func(w io.Writer) error {
+		if len(rows) == 0 {
+			_, err := fmt.Fprintln(w, "no labctl templates; build one with 'labctl image build'")
+			return err
+		}
+		table := make([][]string, 0, len(rows))
+		for _, r := range rows {
+			table = append(table, []string{r.Hypervisor, r.Node, strconv.Itoa(r.VMID), r.Name, r.Image, r.Kubernetes, strings.Join(r.Tags, ";")})
+		}
+		return o.IO.Table(w, []string{"HYPERVISOR", "NODE", "VMID", "NAME", "IMAGE", "KUBERNETES", "TAGS"}, table)
+	})
+}
+
+func listOne(ctx context.Context, o ListOptions, lab *config.Lab, name string) ([]Template, error) {
+	drv, err := o.Open(ctx, lab, name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = drivers.Close(drv) }()
+	tm, ok := drv.(Templater)
+	if !ok {
+		return nil, nil
+	}
+	ts, err := tm.Templates(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hypervisor %s: %w", name, err)
+	}
+	out := make([]Template, 0, len(ts))
+	for _, t := range ts {
+		r := Template{Hypervisor: name, Node: t.Node, VMID: t.ID, Name: t.Name, Tags: t.Tags}
+		for _, tag := range t.Tags {
+			if v, ok := strings.CutPrefix(tag, "labctl-image-"); ok {
+				r.Image = v
+			} else if v, ok := strings.CutPrefix(tag, "kubernetes-"); ok {
+				r.Kubernetes = v
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
