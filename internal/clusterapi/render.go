@@ -40,6 +40,7 @@ const (
 	AnnotationLabels   = capacityPrefix + "labels"
 	AnnotationTaints   = capacityPrefix + "taints"
 	LabelManagedBy     = "app.kubernetes.io/managed-by"
+	ClusterNameLabel   = "cluster.x-k8s.io/cluster-name"
 	LabelLab           = "labctl.dev/lab"
 	LabelPool          = "labctl.dev/pool"
 	ManagedBy          = "labctl"

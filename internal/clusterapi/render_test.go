@@ -117,10 +117,10 @@ func TestLab1Facts(t *testing.T) {
 	}
 	pc := r.Find("ProxmoxCluster", "lab1")
 	checks := map[string]any{
-		"spec.controlPlaneEndpoint.host":      "192.168.4.30",
-		"spec.controlPlaneEndpoint.port":      int64(6443),
-		"spec.ipv4Config.gateway":             "192.168.4.1",
-		"spec.ipv4Config.prefix":              int64(24),
+		"spec.controlPlaneEndpoint.host":       "192.168.4.30",
+		"spec.controlPlaneEndpoint.port":       int64(6443),
+		"spec.ipv4Config.gateway":              "192.168.4.1",
+		"spec.ipv4Config.prefix":               int64(24),
 		"spec.schedulerHints.memoryAdjustment": int64(160),
 	}
 	for path, want := range checks {

@@ -1,0 +1,348 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/labctl/labctl/internal/cluster"
+	"github.com/labctl/labctl/internal/clusterapi"
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/ui"
+)
+
+const ownerKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop"
+
+func newClient(t *testing.T, env *testbed.Env) client.Client {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	c, err := client.New(env.Config, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func get(t *testing.T, c client.Client, apiVersion, kind, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(apiVersion)
+	u.SetKind(kind)
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+		t.Fatalf("reading %s %s/%s: %v", kind, ns, name, err)
+	}
+	return u
+}
+
+// standInCAPI plays Cluster API's controllers for the test, as no
+// controllers run on the test bed: once the Cluster exists it marks the
+// infrastructure provisioned, then the control plane initialized, then
+// writes the <cluster>-kubeconfig secret pointing at a second test-bed API
+// server that stands in for the workload cluster.
+func standInCAPI(ctx context.Context, t *testing.T, c client.Client, ns, name string, workloadKubeconfig []byte) {
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			cl := &unstructured.Unstructured{}
+			cl.SetGroupVersionKind(cluster.ClusterGVK)
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cl); err != nil {
+				continue
+			}
+			_ = unstructured.SetNestedField(cl.Object, true, "status", "initialization", "infrastructureProvisioned")
+			_ = unstructured.SetNestedField(cl.Object, "Provisioning", "status", "phase")
+			if err := c.Status().Update(ctx, cl); err != nil {
+				continue
+			}
+			time.Sleep(200 * time.Millisecond)
+			_ = unstructured.SetNestedField(cl.Object, true, "status", "initialization", "controlPlaneInitialized")
+			_ = unstructured.SetNestedField(cl.Object, "Provisioned", "status", "phase")
+			if err := c.Status().Update(ctx, cl); err != nil {
+				continue
+			}
+			sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-kubeconfig",
+				Labels: map[string]string{clusterapi.ClusterNameLabel: name}},
+				Type: "cluster.x-k8s.io/secret", Data: map[string][]byte{"value": workloadKubeconfig}}
+			if err := c.Create(ctx, sec); err != nil && !strings.Contains(err.Error(), "already exists") {
+				t.Errorf("stand-in CAPI: creating the kubeconfig secret: %v", err)
+			}
+			return
+		}
+	}()
+}
+
+func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
+	mgmtEnv := testbed.Start(t, testbed.WithCRDs("capi", "capmox", "ipam"))
+	workload := testbed.Start(t) // stands in for the workload cluster
+	wkc, err := os.ReadFile(workload.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := newClient(t, mgmtEnv)
+	mgmt, err := kube.Connect(mgmtEnv.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab, _, err := config.Load(config.Request{Path: "../../examples/lab.yaml", Explicit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{ownerKey}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	standInCAPI(ctx, t, mc, "lab1", "lab1", wkc)
+
+	var out, errb bytes.Buffer
+	dir := t.TempDir()
+	opts := cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Lab: lab, Name: "lab1", Mgmt: mgmt,
+		KubeconfigDir: dir, Timeout: time.Minute, Verbose: 1}
+	began := time.Now()
+	if err := cluster.Create(ctx, opts); err != nil {
+		t.Fatalf("create: %v\n%s", err, errb.String())
+	}
+	t.Logf("create took %s against the stand-in controllers", time.Since(began).Round(time.Millisecond))
+	for _, want := range []string{"apply cluster lab1", "wait for infrastructure provisioned", "wait for control plane initialized", "wait for kubeconfig secret lab1-kubeconfig", "apply cluster-autoscaler"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("create output lacks %q:\n%s", want, errb.String())
+		}
+	}
+	assertNoSecret(t, wkc, out.String()+errb.String())
+
+	path := filepath.Join(dir, "lab1.kubeconfig")
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("kubeconfig mode %v, want 0600", fi.Mode().Perm())
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got, wkc) {
+		t.Error("written kubeconfig differs from the secret's")
+	}
+
+	t.Run("autoscaler as applied", func(t *testing.T) {
+		dep := get(t, mc, "apps/v1", "Deployment", "lab1", "cluster-autoscaler")
+		pod, _, _ := unstructured.NestedMap(dep.Object, "spec", "template", "spec")
+		ctr := pod["containers"].([]any)[0].(map[string]any)
+		args := strings.Join(toStrings(ctr["args"]), " ")
+		for _, want := range []string{"--cloud-provider=clusterapi", "--clusterapi-cloud-config-authoritative",
+			"--node-group-auto-discovery=clusterapi:namespace=lab1,clusterName=lab1", "--startup-taint=node.cilium.io/agent-not-ready",
+			"--kubeconfig=/etc/kubernetes/workload/value", "--scale-down-unneeded-time=1m", "--scale-down-utilization-threshold=0.5"} {
+			if !strings.Contains(args, want) {
+				t.Errorf("autoscaler args lack %s: %s", want, args)
+			}
+		}
+		vol := pod["volumes"].([]any)[0].(map[string]any)
+		if sn, _, _ := unstructured.NestedString(vol, "secret", "secretName"); sn != "lab1-kubeconfig" {
+			t.Errorf("autoscaler volume = %v, want the lab1-kubeconfig secret", vol)
+		}
+		mount := ctr["volumeMounts"].([]any)[0].(map[string]any)
+		if mount["mountPath"] != "/etc/kubernetes/workload" || mount["name"] != vol["name"] {
+			t.Errorf("autoscaler mount = %v", mount)
+		}
+		if pod["serviceAccountName"] != "cluster-autoscaler" {
+			t.Errorf("serviceAccountName = %v", pod["serviceAccountName"])
+		}
+		crb := get(t, mc, "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", "labctl-cluster-autoscaler-lab1")
+		if n, _, _ := unstructured.NestedString(crb.Object, "roleRef", "name"); n != clusterapi.SharedClusterRole {
+			t.Errorf("ClusterRoleBinding binds %s, want the shared %s", n, clusterapi.SharedClusterRole)
+		}
+		subj := crb.Object["subjects"].([]any)[0].(map[string]any)
+		if subj["name"] != "cluster-autoscaler" || subj["namespace"] != "lab1" {
+			t.Errorf("ClusterRoleBinding subject = %v", subj)
+		}
+	})
+
+	// A stand-in autoscaler scales the pool, as cluster-autoscaler does
+	// through the scale subresource with its own field manager.
+	md := get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers")
+	_ = unstructured.SetNestedField(md.Object, int64(3), "spec", "replicas")
+	if err := mc.Update(ctx, md, client.FieldOwner("cluster-autoscaler")); err != nil {
+		t.Fatalf("stand-in autoscaler: %v", err)
+	}
+
+	t.Run("re-create changes nothing", func(t *testing.T) {
+		r, err := cluster.Render(lab, "lab1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := append(append([]*unstructured.Unstructured{}, r.Objects...), r.Autoscaler...)
+		before := rvs(t, mc, objs)
+		errb.Reset()
+		if err := cluster.Create(ctx, opts); err != nil {
+			t.Fatalf("second create: %v\n%s", err, errb.String())
+		}
+		if after := rvs(t, mc, objs); !mapsEqual(before, after) {
+			t.Errorf("re-running create changed objects:\nbefore %v\nafter  %v", before, after)
+		}
+		if n := strings.Count(errb.String(), "up to date"); n < 3 {
+			t.Errorf("second create: %d steps up to date, want apply, kubeconfig and autoscaler:\n%s", n, errb.String())
+		}
+		md := get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers")
+		if r, _, _ := unstructured.NestedInt64(md.Object, "spec", "replicas"); r != 3 {
+			t.Errorf("replicas = %d after re-create, want the autoscaler's 3", r)
+		}
+		for _, mf := range md.GetManagedFields() {
+			if mf.Manager == cluster.FieldManager && strings.Contains(string(mf.FieldsV1.Raw), `"f:replicas"`) {
+				t.Errorf("labctl owns spec.replicas of an autoscaled MachineDeployment: %s", mf.FieldsV1.Raw)
+			}
+		}
+	})
+
+	t.Run("worker memory change rolls to a new template", func(t *testing.T) {
+		old := get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers")
+		oldName, _, _ := unstructured.NestedString(old.Object, "spec", "template", "spec", "infrastructureRef", "name")
+		lab.Clusters[0].Workers.Size.Memory = "4Gi"
+		defer func() { lab.Clusters[0].Workers.Size.Memory = "2Gi" }()
+		if err := cluster.Create(ctx, opts); err != nil {
+			t.Fatalf("create with 4Gi workers: %v", err)
+		}
+		md := get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers")
+		newName, _, _ := unstructured.NestedString(md.Object, "spec", "template", "spec", "infrastructureRef", "name")
+		if newName == oldName || !strings.HasPrefix(newName, "lab1-worker-4g-") {
+			t.Errorf("template %s → %s, want a new lab1-worker-4g-<hash>", oldName, newName)
+		}
+		pmt := get(t, mc, "infrastructure.cluster.x-k8s.io/v1alpha2", "ProxmoxMachineTemplate", "lab1", newName)
+		if m, _, _ := unstructured.NestedInt64(pmt.Object, "spec", "template", "spec", "memoryMiB"); m != 4096 {
+			t.Errorf("new template memory %d MiB", m)
+		}
+		if r, _, _ := unstructured.NestedInt64(md.Object, "spec", "replicas"); r != 3 {
+			t.Errorf("replicas = %d after the roll, want the autoscaler's 3", r)
+		}
+	})
+
+	t.Run("scale", func(t *testing.T) {
+		so := cluster.ScaleOptions{Options: opts, Min: ptr.To(1), Max: ptr.To(7)}
+		if err := cluster.Scale(ctx, so); err != nil {
+			t.Fatal(err)
+		}
+		a := get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers").GetAnnotations()
+		if a[clusterapi.AnnotationMinSize] != "1" || a[clusterapi.AnnotationMaxSize] != "7" {
+			t.Errorf("bounds = %s-%s, want 1-7", a[clusterapi.AnnotationMinSize], a[clusterapi.AnnotationMaxSize])
+		}
+		err := cluster.Scale(ctx, cluster.ScaleOptions{Options: opts, Replicas: ptr.To(2)})
+		if err == nil || !strings.Contains(err.Error(), "autoscaled") {
+			t.Errorf("--replicas on an autoscaled pool: %v", err)
+		}
+	})
+
+	t.Run("list and kubeconfig", func(t *testing.T) {
+		list, err := cluster.List(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || list[0].Name != "lab1" || list[0].Phase != "Provisioned" || list[0].ControlPlane != "initialized" || *list[0].MaxWorkers != 7 {
+			t.Errorf("list = %+v", list)
+		}
+		kc, err := cluster.Kubeconfig(ctx, opts)
+		if err != nil || !bytes.Equal(kc, wkc) {
+			t.Errorf("kubeconfig: %v", err)
+		}
+	})
+
+	t.Run("delete waits for the machines", func(t *testing.T) {
+		// Stand-in machines, and a stand-in CAPI that removes them once the
+		// Cluster is being deleted.
+		for _, n := range []string{"lab1-workers-a", "lab1-workers-b"} {
+			m := &unstructured.Unstructured{}
+			m.SetGroupVersionKind(cluster.MachineGVK)
+			m.SetNamespace("lab1")
+			m.SetName(n)
+			m.SetLabels(map[string]string{clusterapi.ClusterNameLabel: "lab1"})
+			_ = unstructured.SetNestedField(m.Object, "lab1", "spec", "clusterName")
+			_ = unstructured.SetNestedMap(m.Object, map[string]any{"configRef": map[string]any{"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": n}}, "spec", "bootstrap")
+			_ = unstructured.SetNestedMap(m.Object, map[string]any{"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ProxmoxMachine", "name": n}, "spec", "infrastructureRef")
+			if err := mc.Create(ctx, m); err != nil {
+				t.Fatalf("stand-in machine: %v", err)
+			}
+		}
+		go func() {
+			for ctx.Err() == nil {
+				cl := &unstructured.Unstructured{}
+				cl.SetGroupVersionKind(cluster.ClusterGVK)
+				if err := mc.Get(ctx, client.ObjectKey{Namespace: "lab1", Name: "lab1"}, cl); err != nil {
+					time.Sleep(300 * time.Millisecond) // let labctl see the machines first
+					m := &unstructured.Unstructured{}
+					m.SetGroupVersionKind(cluster.MachineGVK)
+					_ = mc.DeleteAllOf(ctx, m, client.InNamespace("lab1"))
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+		// Without --yes it asks; an empty answer deletes nothing.
+		if err := cluster.Delete(ctx, cluster.DeleteOptions{Options: opts}); err != cluster.ErrAborted {
+			t.Fatalf("delete without --yes and no answer: %v, want aborted", err)
+		}
+		errb.Reset()
+		if err := cluster.Delete(ctx, cluster.DeleteOptions{Options: opts, Yes: true}); err != nil {
+			t.Fatalf("delete: %v\n%s", err, errb.String())
+		}
+		if !strings.Contains(errb.String(), "wait for the machines to go") {
+			t.Errorf("delete output:\n%s", errb.String())
+		}
+		list, _ := cluster.List(ctx, opts)
+		if len(list) != 0 {
+			t.Errorf("clusters left: %+v", list)
+		}
+	})
+}
+
+func toStrings(v any) []string {
+	in, _ := v.([]any)
+	out := make([]string, len(in))
+	for i, x := range in {
+		out[i], _ = x.(string)
+	}
+	return out
+}
+
+func rvs(t *testing.T, c client.Client, objs []*unstructured.Unstructured) map[string]string {
+	out := map[string]string{}
+	for _, o := range objs {
+		out[o.GetKind()+"/"+o.GetName()] = get(t, c, o.GetAPIVersion(), o.GetKind(), o.GetNamespace(), o.GetName()).GetResourceVersion()
+	}
+	return out
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// assertNoSecret fails when any line of the kubeconfig's credentials shows
+// up in output.
+func assertNoSecret(t *testing.T, kubeconfig []byte, output string) {
+	t.Helper()
+	for _, line := range strings.Split(string(kubeconfig), "\n") {
+		if _, v, ok := strings.Cut(line, "-data: "); ok && len(v) > 20 && strings.Contains(output, v[:20]) {
+			t.Errorf("output leaks kubeconfig credentials (%s...)", v[:20])
+		}
+	}
+}
