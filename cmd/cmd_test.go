@@ -71,7 +71,7 @@ func TestVersionText(t *testing.T) {
 
 func TestUnbuiltCommandsExit2(t *testing.T) {
 	for _, args := range [][]string{
-		{"mgmt", "up"}, {"mgmt", "install"}, {"mgmt", "status"}, {"mgmt", "kubeconfig"}, {"mgmt", "down"},
+		{"mgmt", "up"}, {"mgmt", "kubeconfig"}, {"mgmt", "down"},
 		{"image", "build"}, {"image", "list"},
 		{"cluster", "describe", "lab1"},
 		{"scale-test", "lab1"},

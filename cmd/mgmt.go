@@ -1,6 +1,24 @@
 package cmd
 
-import "github.com/spf13/cobra"
+import (
+	"errors"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/labctl/labctl/internal/mgmt"
+)
+
+// installFlags are the flags of 'mgmt install'.
+type installFlags struct {
+	DryRun     bool
+	Output     string
+	OfflineDir string
+	Emit       string
+	Charts     string
+	Timeout    time.Duration
+	Wait       bool
+}
 
 func newMgmtCmd(g *Globals) *cobra.Command {
 	c := &cobra.Command{
@@ -13,7 +31,7 @@ It must run permanently, which is why it is a VM and not kind.
 Its kubeconfig is stored with mode 0600 at
 $XDG_CONFIG_HOME/labctl/<lab>/mgmt.kubeconfig.`,
 	}
-	var up, install, down changeFlags
+	var up, down changeFlags
 	var statusOut string
 	upCmd := &cobra.Command{
 		Use:   "up",
@@ -29,26 +47,104 @@ run that was interrupted picks up where it stopped.`,
 		RunE: notImplemented,
 	}
 	addChangeFlags(upCmd, &up)
+	var inst installFlags
 	installCmd := &cobra.Command{
 		Use:   "install",
 		Short: "Install cert-manager, Cluster API and the autoscaler parts onto a cluster",
-		Long: `Install the management stack, in order, from manifests embedded in labctl:
-cert-manager, cluster-api-operator, the provider CRs (core, kubeadm,
-Proxmox, in-cluster IPAM) and the RBAC every cluster-autoscaler uses.
-Waits for each piece; re-running changes nothing.`,
+		Long: `Install the management stack onto the lab's management cluster (or the
+cluster --kubeconfig names), in order, waiting for each piece:
+
+  1. cert-manager             Helm chart, with its CRDs
+  2. cluster-api-operator     Helm chart
+  3. Cluster API providers    operator Provider CRs: core cluster-api, kubeadm
+                              bootstrap and control plane, proxmox (CAPMOX, with
+                              its credentials Secret, when the lab has a Proxmox
+                              hypervisor), in-cluster IPAM, and libvirt and
+                              kamaji where management.stack enables them
+  4. cluster-autoscaler RBAC  the namespace and RBAC every per-cluster
+                              autoscaler uses on the management cluster
+
+Every version is pinned in labctl ('labctl version' lists them). Charts go in
+through k3s's helm-controller (HelmChart objects) when the cluster has it,
+else through the Helm SDK; --charts picks one. Objects go in with server-side
+apply as field manager "labctl".
+
+Each step first reads what is there and changes only what differs, so a
+second run changes nothing and a failed run carries on where it stopped. A
+step that times out names the object and the condition it waited for, and
+leaves what it applied in place.
+
+--emit-k3s-manifests DIR writes the HelmChart manifests for k3s's auto-deploy
+folder instead, without a cluster. For an air-gapped lab, --offline-dir (or
+management.stack.offlineDir) names a folder holding the chart archives
+(<chart>-<version>.tgz) and each provider's release files in clusterctl's
+layout (<type>-<name>/<version>/<type>-components.yaml and metadata.yaml);
+labctl puts the providers in ConfigMaps the operator reads.
+
+The Proxmox token secret is read from the env variable or file lab.yaml
+names and only ever written into the CAPMOX Secret; dry runs show where it
+comes from, never the value.`,
 		Example: `  labctl mgmt install
-  labctl mgmt install --kubeconfig ~/.kube/other --dry-run -o yaml`,
+  labctl mgmt install --kubeconfig ~/.kube/other --dry-run -o yaml
+  labctl mgmt install --emit-k3s-manifests ./k3s-manifests
+  labctl mgmt install --offline-dir /srv/labctl-offline --charts helm-sdk
+  labctl mgmt install --timeout 20m -v`,
 		Args: cobra.NoArgs,
-		RunE: notImplemented,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(inst.Output); err != nil {
+				return err
+			}
+			return mgmt.Install(cmd.Context(), mgmt.InstallOptions{
+				IO: g.IO, Config: g.configRequest(), Kubeconfig: g.Kubeconfig, Verbose: g.Verbose,
+				DryRun: inst.DryRun, Output: inst.Output, OfflineDir: inst.OfflineDir,
+				Charts: mgmt.ChartMode(inst.Charts), Timeout: inst.Timeout, NoWait: !inst.Wait,
+				EmitK3sManifests: inst.Emit,
+			})
+		},
 	}
-	addChangeFlags(installCmd, &install)
+	f := installCmd.Flags()
+	f.BoolVar(&inst.DryRun, "dry-run", false, "show what would change (and with -o yaml|json every object), change nothing")
+	f.StringVarP(&inst.Output, "output", "o", "text", "with --dry-run: text (the plan) or yaml/json (every object, on stdout)")
+	f.StringVar(&inst.OfflineDir, "offline-dir", "", "air-gapped: take charts and provider components from this folder (also management.stack.offlineDir)")
+	f.StringVar(&inst.Emit, "emit-k3s-manifests", "", "write the HelmChart manifests for k3s's auto-deploy folder to this folder, and do nothing else")
+	f.StringVar(&inst.Charts, "charts", string(mgmt.Auto), "how charts go in: auto, helm-controller (k3s HelmCharts) or helm-sdk")
+	f.DurationVar(&inst.Timeout, "timeout", mgmt.DefaultTimeout, "how long to wait for each component to be ready")
+	f.BoolVar(&inst.Wait, "wait", true, "wait for each component to be ready (--wait=false only waits for the CRDs the next steps need)")
+	_ = installCmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
+	_ = installCmd.RegisterFlagCompletionFunc("charts", cobra.FixedCompletions([]string{"auto", "helm-controller", "helm-sdk"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = installCmd.MarkFlagDirname("offline-dir")
+	_ = installCmd.MarkFlagDirname("emit-k3s-manifests")
+
+	var statusOffline string
 	statusCmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show each management component: wanted and installed version, readiness",
-		Args:  cobra.NoArgs,
-		RunE:  notImplemented,
+		Long: `Read each component of the management stack back from the cluster: the
+version labctl wants, the version installed (the Helm release's chart version,
+the Provider's status.installedVersion, the RBAC's version label), whether it
+is ready, and why not. Works for charts installed by k3s's helm-controller and
+by the Helm SDK alike. Only reads; needs no secret.
+
+Exits 0 when every component is ready, 1 when one is not.`,
+		Example: `  labctl mgmt status
+  labctl mgmt status --kubeconfig ~/.kube/other -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(statusOut); err != nil {
+				return err
+			}
+			_, err := mgmt.Status(cmd.Context(), mgmt.StatusOptions{
+				IO: g.IO, Config: g.configRequest(), Kubeconfig: g.Kubeconfig,
+				Output: statusOut, OfflineDir: statusOffline, Verbose: g.Verbose,
+			})
+			if errors.Is(err, mgmt.ErrNotReady) {
+				return codeError{exitError}
+			}
+			return err
+		},
 	}
 	addOutputFlag(statusCmd, &statusOut)
+	statusCmd.Flags().StringVar(&statusOffline, "offline-dir", "", "the folder an air-gapped install used (also management.stack.offlineDir)")
 	kubeconfigCmd := &cobra.Command{
 		Use:   "kubeconfig",
 		Short: "Print the management cluster's kubeconfig, or write it to a file",

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"os"
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) {
 }
 
 // labctl builds the binary once per test run, from the module root.
-func labctl(t *testing.T) string {
+func labctl(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		root, err := testbed.ModuleRoot()
@@ -74,7 +75,14 @@ type result struct {
 // run runs labctl in the module root with a clean, private environment:
 // its own HOME (holding the SSH public key examples/lab.yaml names) and
 // XDG_CONFIG_HOME, and PVE_TOKEN_SECRET set.
-func run(t *testing.T, args ...string) result {
+func run(t testing.TB, args ...string) result {
+	t.Helper()
+	return runEnv(t, nil, args...)
+}
+
+// runEnv is run with extra environment entries (KEY=value) that win over
+// the defaults.
+func runEnv(t testing.TB, extra []string, args ...string) result {
 	t.Helper()
 	bin := labctl(t)
 	root, err := testbed.ModuleRoot()
@@ -97,6 +105,7 @@ func run(t *testing.T, args ...string) result {
 		"PVE_TOKEN_SECRET=" + secret,
 		"NO_COLOR=1",
 	}
+	cmd.Env = append(cmd.Env, extra...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err = cmd.Run()
@@ -108,8 +117,12 @@ func run(t *testing.T, args ...string) result {
 	case err != nil:
 		t.Fatalf("running labctl %s: %v", strings.Join(args, " "), err)
 	}
-	if strings.Contains(r.stdout, secret) || strings.Contains(r.stderr, secret) {
-		t.Fatalf("labctl %s printed the token secret:\n%s\n%s", strings.Join(args, " "), r.stdout, r.stderr)
+	// Every byte of both streams, the secret as is and base64-encoded as
+	// a Secret's data would hold it.
+	for _, s := range []string{secret, base64.StdEncoding.EncodeToString([]byte(secret))} {
+		if strings.Contains(r.stdout, s) || strings.Contains(r.stderr, s) {
+			t.Fatalf("labctl %s printed the token secret:\n%s\n%s", strings.Join(args, " "), r.stdout, r.stderr)
+		}
 	}
 	return r
 }

@@ -119,6 +119,43 @@ type Management struct {
 	// SSHPublicKeys are inline public keys; SSHPublicKeyFile a path to one.
 	SSHPublicKeys    []string `yaml:"sshPublicKeys,omitempty" json:"sshPublicKeys,omitempty"`
 	SSHPublicKeyFile string   `yaml:"sshPublicKeyFile,omitempty" json:"sshPublicKeyFile,omitempty"`
+	// Stack tunes what 'labctl mgmt install' puts on the cluster.
+	Stack Stack `yaml:"stack,omitempty" json:"stack,omitempty"`
+}
+
+// Stack is the management stack: cert-manager, cluster-api-operator, the
+// Cluster API providers and the cluster-autoscaler RBAC. The core providers
+// are always installed (CAPMOX where a Proxmox hypervisor is listed); these
+// fields add the optional ones and say where things come from.
+type Stack struct {
+	// OfflineDir is an air-gapped install's source: chart .tgz files and
+	// provider components in clusterctl's layout. Empty fetches them online.
+	OfflineDir string `yaml:"offlineDir,omitempty" json:"offlineDir,omitempty"`
+	// ClusterClass turns on Cluster API's ClusterTopology feature gate.
+	ClusterClass bool `yaml:"clusterClass,omitempty" json:"clusterClass,omitempty"`
+	// ChartRepos replaces the pinned chart repositories, e.g. with a mirror;
+	// the chart versions stay pinned.
+	ChartRepos ChartRepos `yaml:"chartRepos,omitempty" json:"chartRepos,omitempty"`
+	// Libvirt adds the libvirt infrastructure provider (phase 2).
+	Libvirt OptionalProvider `yaml:"libvirt,omitempty" json:"libvirt,omitempty"`
+	// Kamaji adds the Kamaji control plane provider (phase 3).
+	Kamaji OptionalProvider `yaml:"kamaji,omitempty" json:"kamaji,omitempty"`
+}
+
+// ChartRepos are Helm chart repository URLs by chart.
+type ChartRepos struct {
+	CertManager        string `yaml:"certManager,omitempty" json:"certManager,omitempty"`
+	ClusterAPIOperator string `yaml:"clusterAPIOperator,omitempty" json:"clusterAPIOperator,omitempty"`
+}
+
+// OptionalProvider switches on a Cluster API provider that not every lab
+// needs.
+type OptionalProvider struct {
+	Enabled bool `yaml:"enabled,omitempty" json:"enabled,omitempty"`
+	// FetchURL is where cluster-api-operator fetches the provider's
+	// releases, https://github.com/<owner>/<repo>/releases. Empty uses the
+	// operator's built-in provider list.
+	FetchURL string `yaml:"fetchURL,omitempty" json:"fetchURL,omitempty"`
 }
 
 // CloudImage is a cloud image and how to verify it. One of Checksum and

@@ -409,6 +409,35 @@ func (v *validator) management(p *field.Path) {
 	if strings.Contains(m.SSHPublicKeyFile, "PRIVATE KEY") || (m.SSHPublicKeyFile != "" && !strings.HasSuffix(m.SSHPublicKeyFile, ".pub")) {
 		v.add(p.Child("sshPublicKeyFile"), "must name a public key file ending in .pub, e.g. ~/.ssh/id_ed25519.pub")
 	}
+	v.stack(p.Child("stack"), m.Stack)
+}
+
+func (v *validator) stack(p *field.Path, s Stack) {
+	for _, r := range []struct{ name, url string }{
+		{"certManager", s.ChartRepos.CertManager}, {"clusterAPIOperator", s.ChartRepos.ClusterAPIOperator},
+	} {
+		if u, err := url.Parse(r.url); r.url != "" && (err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "") {
+			v.add(p.Child("chartRepos", r.name), "%q must be the http(s) URL of a Helm chart repository (the folder holding index.yaml)", r.url)
+		}
+	}
+	if s.Libvirt.Enabled && s.Libvirt.FetchURL == "" && s.OfflineDir == "" {
+		v.add(p.Child("libvirt", "fetchURL"), "is required when libvirt is enabled: cluster-api-operator knows no libvirt provider, so name its releases, e.g. https://github.com/OWNER/cluster-api-provider-libvirt/releases (or set offlineDir)")
+	}
+	for _, o := range []struct {
+		name string
+		p    OptionalProvider
+	}{{"libvirt", s.Libvirt}, {"kamaji", s.Kamaji}} {
+		fp := p.Child(o.name, "fetchURL")
+		if o.p.FetchURL == "" {
+			continue
+		}
+		if !o.p.Enabled {
+			v.add(fp, "is set but %s.enabled is not; set enabled: true or drop fetchURL", o.name)
+		}
+		if u, err := url.Parse(o.p.FetchURL); err != nil || u.Scheme != "https" || u.Host == "" {
+			v.add(fp, "%q must be an https URL of the provider's releases, e.g. https://github.com/OWNER/REPO/releases", o.p.FetchURL)
+		}
+	}
 }
 
 func (v *validator) cloudImage(p *field.Path, img CloudImage) {

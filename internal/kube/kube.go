@@ -1,6 +1,7 @@
 // Package kube is labctl's adapter to Kubernetes API servers: it loads a
-// kubeconfig, asks the server for its version and inspects
-// CustomResourceDefinitions.
+// kubeconfig, asks the server for its version, inspects CRDs, applies
+// objects with server-side apply (field manager labctl) and waits for
+// conditions by watching.
 //
 // Nothing here runs at package init beyond what its imports do: the scheme
 // and clients are built on first use, so commands that never talk to a
@@ -20,10 +21,12 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,6 +49,31 @@ type Client struct {
 	once    sync.Once
 	ctrl    client.Client
 	ctrlErr error
+
+	dynOnce   sync.Once
+	dynClient dynamic.Interface
+	mapper    meta.RESTMapper
+	dynErr    error
+}
+
+// Client-side rate limits. client-go's default (5 requests/s, bursts of 10)
+// would make a no-op re-run of 'mgmt install' wait on itself; kubectl
+// lifted its own limits for the same reason.
+const (
+	clientQPS   = 100
+	clientBurst = 200
+)
+
+func tune(cfg *rest.Config) {
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "labctl"
+	}
+	if cfg.WarningHandler == nil && cfg.WarningHandlerWithContext == nil {
+		cfg.WarningHandler = warnings
+	}
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = clientQPS, clientBurst
+	}
 }
 
 // Connect loads the kubeconfig at path (its current context) and returns a
@@ -72,7 +100,7 @@ func Connect(path string) (*Client, error) {
 		return nil, fmt.Errorf("loading kubeconfig %s: %w", path, err)
 	}
 	cfg.UserAgent = "labctl"
-	cfg.WarningHandler = warnings
+	tune(cfg)
 	// clientcmd.LoadFromFile already resolved relative certificate paths
 	// against the file's folder; keep the file's absolute path for reports.
 	if abs, err := filepath.Abs(path); err == nil {
@@ -85,12 +113,7 @@ func Connect(path string) (*Client, error) {
 // bed uses it); kubeconfig names it in errors.
 func NewForConfig(cfg *rest.Config, kubeconfig string) *Client {
 	cfg = rest.CopyConfig(cfg)
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "labctl"
-	}
-	if cfg.WarningHandler == nil && cfg.WarningHandlerWithContext == nil {
-		cfg.WarningHandler = warnings
-	}
+	tune(cfg)
 	return &Client{Kubeconfig: kubeconfig, config: cfg}
 }
 

@@ -11,6 +11,7 @@
 package testbed
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,6 +75,9 @@ type Env struct {
 	CRDs []*apiextensionsv1.CustomResourceDefinition
 	// StartTime is how long starting (servers and CRDs) took.
 	StartTime time.Duration
+	// AuditLog is the API server's audit log (JSON lines), when WithAuditLog
+	// asked for one.
+	AuditLog string
 
 	env      *envtest.Environment
 	stopOnce sync.Once
@@ -86,6 +90,7 @@ type Option func(*options)
 type options struct {
 	sets  []string
 	paths []string
+	audit bool
 }
 
 // WithCRDs installs CRD sets by name: "capi" (core, kubeadm bootstrap and
@@ -101,6 +106,12 @@ func WithCRDPaths(paths ...string) Option {
 	return func(o *options) { o.paths = append(o.paths, paths...) }
 }
 
+// WithAuditLog makes the API server log every request's metadata (not its
+// body) to Env.AuditLog, so a test can count what a child process wrote.
+func WithAuditLog() Option {
+	return func(o *options) { o.audit = true }
+}
+
 // Start runs kube-apiserver and etcd for the test and stops them when the
 // test ends. It skips (or fails under CI) when the binaries are missing.
 func Start(t testing.TB, opts ...Option) *Env {
@@ -112,7 +123,16 @@ func Start(t testing.TB, opts ...Option) *Env {
 	assets := Assets(t)
 	paths := append(crdPaths(t, o.sets), o.paths...)
 
-	env, err := start(assets, paths)
+	var audit auditFiles
+	if o.audit {
+		dir := t.TempDir()
+		audit = auditFiles{log: filepath.Join(dir, "audit.log"), policy: filepath.Join(dir, "audit-policy.yaml")}
+		const rules = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n"
+		if err := os.WriteFile(audit.policy, []byte(rules), 0o600); err != nil {
+			t.Fatalf("testbed: %v", err)
+		}
+	}
+	env, err := start(assets, paths, audit)
 	if env != nil {
 		// Registered before checking err: the servers stop also when the
 		// start failed half way.
@@ -137,7 +157,10 @@ func Start(t testing.TB, opts ...Option) *Env {
 // start starts the servers. On error after the servers were launched it
 // stops them before returning, and still returns the Env so the caller
 // can Stop again safely.
-func start(assets string, crdPaths []string) (*Env, error) {
+// auditFiles are the audit log and its policy; empty means no audit log.
+type auditFiles struct{ log, policy string }
+
+func start(assets string, crdPaths []string, audit auditFiles) (*Env, error) {
 	quietControllerRuntime()
 	te := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
@@ -155,8 +178,14 @@ func start(assets string, crdPaths []string) (*Env, error) {
 	te.ControlPlane.GetAPIServer().Path = filepath.Join(assets, "kube-apiserver")
 	te.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(assets, "etcd")}
 	te.ControlPlane.KubectlPath = filepath.Join(assets, "kubectl")
+	if audit.log != "" {
+		te.ControlPlane.GetAPIServer().Configure().
+			Set("audit-log-path", audit.log).
+			Set("audit-policy-file", audit.policy).
+			Set("audit-log-mode", "blocking")
+	}
 
-	env := &Env{env: te}
+	env := &Env{env: te, AuditLog: audit.log}
 	began := time.Now()
 	cfg, err := te.Start()
 	env.StartTime = time.Since(began)
@@ -298,4 +327,50 @@ func quietControllerRuntime() {
 			fmt.Fprintln(os.Stderr, "testbed: envtest:", prefix, args)
 		}, funcr.Options{Verbosity: 0}))
 	})
+}
+
+// AuditEvent is the part of an audit log line tests count.
+type AuditEvent struct {
+	Verb           string `json:"verb"`
+	RequestURI     string `json:"requestURI"`
+	UserAgent      string `json:"userAgent"`
+	Stage          string `json:"stage"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// Audit reads the audit log's completed requests. It needs WithAuditLog.
+func (e *Env) Audit(t testing.TB) []AuditEvent {
+	t.Helper()
+	if e.AuditLog == "" {
+		t.Fatal("testbed: Audit needs WithAuditLog")
+	}
+	data, err := os.ReadFile(e.AuditLog)
+	if err != nil {
+		t.Fatalf("testbed: reading the audit log: %v", err)
+	}
+	var out []AuditEvent
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "" {
+			continue
+		}
+		var ev AuditEvent
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("testbed: audit log line %q: %v", line, err)
+		}
+		if ev.Stage == "ResponseComplete" {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// IsWrite reports whether an audited request changed state.
+func (ev AuditEvent) IsWrite() bool {
+	switch ev.Verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return true
+	}
+	return false
 }

@@ -53,7 +53,7 @@ spec:
 	if err := os.WriteFile(bad, []byte(crd), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env, err := start(assets, []string{bad})
+	env, err := start(assets, []string{bad}, auditFiles{})
 	if err == nil {
 		_ = env.Stop()
 		t.Fatal("start with an invalid CRD succeeded")

@@ -5,6 +5,7 @@ package versions
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"sync"
 
 	"go.yaml.in/yaml/v3"
@@ -33,9 +34,33 @@ type Pins struct {
 	Cilium             string      `yaml:"cilium" json:"cilium"`
 	KubeVip            string      `yaml:"kubeVip" json:"kubeVip"`
 	HelmController     string      `yaml:"helmController" json:"helmController"`
+	LibvirtProvider    string      `yaml:"libvirtProvider" json:"libvirtProvider"`
 	ImageBuilder       string      `yaml:"imageBuilder" json:"imageBuilder"`
 	Packer             string      `yaml:"packer" json:"packer"`
+	Charts             Charts      `yaml:"charts" json:"charts"`
 	UbuntuImage        UbuntuImage `yaml:"ubuntuImage" json:"ubuntuImage"`
+}
+
+// Charts says where the management stack's Helm charts come from.
+type Charts struct {
+	CertManager        ChartSource `yaml:"certManager" json:"certManager"`
+	ClusterAPIOperator ChartSource `yaml:"clusterAPIOperator" json:"clusterAPIOperator"`
+}
+
+// ChartSource is a chart repository and the chart's name in it.
+type ChartSource struct {
+	Repo  string `yaml:"repo" json:"repo"`
+	Chart string `yaml:"chart" json:"chart"`
+}
+
+// CertManagerChartVersion is the cert-manager chart version: jetstack
+// publishes it with the "v", as the pin is written.
+func (p Pins) CertManagerChartVersion() string { return p.CertManager }
+
+// ClusterAPIOperatorChartVersion is the operator's chart version: its
+// repository lists it without the "v" of the release tag.
+func (p Pins) ClusterAPIOperatorChartVersion() string {
+	return strings.TrimPrefix(p.ClusterAPIOperator, "v")
 }
 
 // UbuntuImage is the pinned cloud image for the management VM.
@@ -106,8 +131,13 @@ func (p Pins) List() []Pin {
 		{"cilium", p.Cilium},
 		{"kubeVip", p.KubeVip},
 		{"helmController", p.HelmController},
+		{"libvirtProvider", p.LibvirtProvider},
 		{"imageBuilder", p.ImageBuilder},
 		{"packer", p.Packer},
+		{"charts.certManager.repo", p.Charts.CertManager.Repo},
+		{"charts.certManager.chart", p.Charts.CertManager.Chart},
+		{"charts.clusterAPIOperator.repo", p.Charts.ClusterAPIOperator.Repo},
+		{"charts.clusterAPIOperator.chart", p.Charts.ClusterAPIOperator.Chart},
 		{"ubuntuImage.release", p.UbuntuImage.Release},
 		{"ubuntuImage.codename", p.UbuntuImage.Codename},
 		{"ubuntuImage.url", p.UbuntuImage.URL},

@@ -1,0 +1,285 @@
+package components_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/labctl/labctl/internal/components"
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+const secret = "0d7c2b1e-components-test-secret"
+
+func load(t *testing.T, path string) *config.Lab {
+	t.Helper()
+	lab, _, err := config.Load(config.Request{Path: path, Explicit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lab
+}
+
+func build(t *testing.T, lab *config.Lab, o components.Options) []components.Component {
+	t.Helper()
+	cs, err := components.Build(lab, versions.MustGet(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func names(cs []components.Component) string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name+" "+c.Version)
+	}
+	return strings.Join(out, ", ")
+}
+
+func providerCR(t *testing.T, c components.Component) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range c.Objects {
+		if o.GetKind() == c.Provider.GVK.Kind {
+			return o
+		}
+	}
+	t.Fatalf("%s has no Provider CR", c.Name)
+	return nil
+}
+
+func TestOwnerLabStackInOrder(t *testing.T) {
+	t.Setenv("PVE_TOKEN_SECRET", secret)
+	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{ReadSecret: config.ReadSecret})
+	want := "cert-manager v1.21.2, cluster-api-operator 0.28.0, CoreProvider cluster-api v1.12.11, " +
+		"BootstrapProvider kubeadm v1.12.11, ControlPlaneProvider kubeadm v1.12.11, InfrastructureProvider proxmox v0.9.0, " +
+		"IPAMProvider in-cluster v1.0.3, cluster-autoscaler RBAC v1.35.0"
+	if got := names(cs); got != want {
+		t.Errorf("stack:\n%s\nwant:\n%s", got, want)
+	}
+	if cs[0].Chart.Release.Chart.Repo != "https://charts.jetstack.io" || cs[1].Chart.Release.Chart.Repo != "https://kubernetes-sigs.github.io/cluster-api-operator" {
+		t.Errorf("chart repositories: %s, %s", cs[0].Chart.Release.Chart.Repo, cs[1].Chart.Release.Chart.Repo)
+	}
+	if v := cs[0].Chart.Release.Values["crds"].(map[string]any)["enabled"]; v != true {
+		t.Errorf("cert-manager crds.enabled = %v, want true", v)
+	}
+	// Without ClusterClass no feature gate is set.
+	if _, found, _ := unstructured.NestedMap(providerCR(t, cs[2]).Object, "spec", "manager"); found {
+		t.Error("CoreProvider has manager settings without clusterClass")
+	}
+	// CAPMOX: its Secret holds the three variables; only PROXMOX_SECRET is secret.
+	capmox := cs[5]
+	if len(capmox.Secrets) != 1 || capmox.Secrets[0].Key != "PROXMOX_SECRET" || capmox.Secrets[0].From != "env PVE_TOKEN_SECRET" {
+		t.Errorf("CAPMOX secret fields = %+v", capmox.Secrets)
+	}
+}
+
+func TestNoSecretReaderRendersNoSecret(t *testing.T) {
+	t.Setenv("PVE_TOKEN_SECRET", "")
+	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{})
+	for _, c := range cs {
+		for _, o := range c.Objects {
+			if o.GetKind() == "Secret" {
+				t.Errorf("%s renders %s without a secret reader", c.Name, kube.RefOf(o))
+			}
+		}
+	}
+	if ref, _, _ := unstructured.NestedString(providerCR(t, cs[5]).Object, "spec", "configSecret", "name"); ref != "proxmox-variables" {
+		t.Errorf("CAPMOX configSecret = %q without a secret reader; the reference must stay", ref)
+	}
+}
+
+func TestSecretErrorsNameTheSource(t *testing.T) {
+	t.Setenv("PVE_TOKEN_SECRET", "") // restored after the test
+	os.Unsetenv("PVE_TOKEN_SECRET")
+	_, err := components.Build(load(t, "../../examples/lab.yaml"), versions.MustGet(), components.Options{ReadSecret: config.ReadSecret})
+	if err == nil || err.Error() != "reading the token secret of Proxmox hypervisor pve: env PVE_TOKEN_SECRET is not set; export it" {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestOptionalProvidersAndGates(t *testing.T) {
+	t.Setenv("PVE_TOKEN_SECRET", secret)
+	lab := load(t, "../../examples/lab.yaml")
+	lab.Management.Stack.ClusterClass = true
+	lab.Management.Stack.Libvirt = config.OptionalProvider{Enabled: true, FetchURL: "https://github.com/example/cluster-api-provider-libvirt/releases"}
+	lab.Management.Stack.Kamaji = config.OptionalProvider{Enabled: true}
+	cs := build(t, lab, components.Options{ReadSecret: config.ReadSecret})
+	got := names(cs)
+	for _, want := range []string{"InfrastructureProvider libvirt v0.1.0", "ControlPlaneProvider kamaji v0.20.0"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("stack lacks %s: %s", want, got)
+		}
+	}
+	gates := map[string]bool{}
+	for _, c := range cs {
+		if c.Provider == nil {
+			continue
+		}
+		cr := providerCR(t, c)
+		if g, found, _ := unstructured.NestedBool(cr.Object, "spec", "manager", "featureGates", "ClusterTopology"); found {
+			gates[c.Name] = g
+		}
+		if c.Provider.Name == "libvirt" {
+			if u, _, _ := unstructured.NestedString(cr.Object, "spec", "fetchConfig", "url"); u != lab.Management.Stack.Libvirt.FetchURL {
+				t.Errorf("libvirt fetchConfig.url = %q", u)
+			}
+		}
+	}
+	if len(gates) != 2 || !gates["CoreProvider cluster-api"] || !gates["ControlPlaneProvider kubeadm"] {
+		t.Errorf("ClusterTopology gates = %v, want core and kubeadm control plane", gates)
+	}
+}
+
+func TestLibvirtOnlyLabHasNoCAPMOX(t *testing.T) {
+	cs := build(t, load(t, "../../examples/local-kvm.yaml"), components.Options{ReadSecret: config.ReadSecret})
+	if got := names(cs); strings.Contains(got, "proxmox") {
+		t.Errorf("a lab without Proxmox installs CAPMOX: %s", got)
+	}
+}
+
+func TestHelmChartObjects(t *testing.T) {
+	cs := build(t, load(t, "../../examples/local-kvm.yaml"), components.Options{})
+	hc, err := cs[1].Chart.HelmChart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := hc.Object["spec"].(map[string]any)
+	if hc.GetNamespace() != "kube-system" || hc.GetName() != "capi-operator" || spec["chart"] != "cluster-api-operator" ||
+		spec["version"] != "0.28.0" || spec["targetNamespace"] != "capi-operator-system" || spec["createNamespace"] != true {
+		t.Errorf("HelmChart = %s/%s %v", hc.GetNamespace(), hc.GetName(), spec)
+	}
+	if !strings.Contains(spec["valuesContent"].(string), "core: {}") {
+		t.Errorf("valuesContent = %q", spec["valuesContent"])
+	}
+}
+
+// offlineTree writes an air-gapped folder: chart archives (any bytes do
+// for Build) and each provider's release files.
+func offlineTree(t *testing.T, big string) string {
+	t.Helper()
+	dir := t.TempDir()
+	pins := versions.MustGet()
+	write := func(rel, content string) {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("cert-manager-"+pins.CertManagerChartVersion()+".tgz", "chart")
+	write("cluster-api-operator-"+pins.ClusterAPIOperatorChartVersion()+".tgz", "chart")
+	for _, p := range []struct{ label, version, file, content string }{
+		{"cluster-api", pins.ClusterAPI, "core-components.yaml", big},
+		{"bootstrap-kubeadm", pins.ClusterAPI, "bootstrap-components.yaml", "kind: List # bootstrap\n"},
+		{"control-plane-kubeadm", pins.ClusterAPI, "control-plane-components.yaml", "kind: List # kcp\n"},
+		{"infrastructure-proxmox", pins.CAPMOX, "infrastructure-components.yaml", "kind: List # capmox\n"},
+		{"ipam-in-cluster", pins.IPAMInCluster, "components.yaml", "kind: List # ipam\n"},
+	} {
+		write(filepath.Join(p.label, p.version, p.file), p.content)
+		write(filepath.Join(p.label, p.version, "metadata.yaml"), "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\n")
+	}
+	return dir
+}
+
+func TestOfflineConfigMaps(t *testing.T) {
+	t.Setenv("PVE_TOKEN_SECRET", secret)
+	big := "# core components\n" + strings.Repeat("apiVersion: v1\nkind: ConfigMap\n---\n", 40000) // over a ConfigMap's comfort
+	dir := offlineTree(t, big)
+	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{OfflineDir: dir, ReadSecret: config.ReadSecret})
+
+	if f := cs[0].Chart.Release.Chart.File; f != filepath.Join(dir, "cert-manager-v1.21.2.tgz") || cs[0].Chart.Release.Chart.Repo != "" {
+		t.Errorf("offline cert-manager chart = %+v", cs[0].Chart.Release.Chart)
+	}
+	hc, err := cs[0].Chart.HelmChart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _, _ := unstructured.NestedString(hc.Object, "spec", "chartContent"); c != base64.StdEncoding.EncodeToString([]byte("chart")) {
+		t.Errorf("offline HelmChart carries chartContent %q", c)
+	}
+
+	for _, c := range cs[2:7] {
+		cr := providerCR(t, c)
+		sel, _, _ := unstructured.NestedStringMap(cr.Object, "spec", "fetchConfig", "selector", "matchLabels")
+		var cm *unstructured.Unstructured
+		for _, o := range c.Objects {
+			if o.GetKind() == "ConfigMap" {
+				cm = o
+			}
+		}
+		if cm == nil {
+			t.Fatalf("%s has no ConfigMap", c.Name)
+		}
+		if cm.GetNamespace() != c.Provider.Namespace {
+			t.Errorf("%s ConfigMap in %s, want the provider's namespace %s", c.Name, cm.GetNamespace(), c.Provider.Namespace)
+		}
+		for k, v := range sel {
+			if cm.GetLabels()[k] != v {
+				t.Errorf("%s: selector %s=%s does not match the ConfigMap's labels %v", c.Name, k, v, cm.GetLabels())
+			}
+		}
+		if cm.GetLabels()["provider.cluster.x-k8s.io/version"] != c.Version {
+			t.Errorf("%s ConfigMap version label = %q", c.Name, cm.GetLabels()["provider.cluster.x-k8s.io/version"])
+		}
+		md, _, _ := unstructured.NestedString(cm.Object, "data", "metadata")
+		if !strings.Contains(md, "kind: Metadata") {
+			t.Errorf("%s ConfigMap metadata = %q", c.Name, md)
+		}
+		comp, plain, _ := unstructured.NestedString(cm.Object, "data", "components")
+		if c.Provider.Name == "cluster-api" {
+			// Too big for a plain ConfigMap: gzipped, as the operator reads it.
+			if plain || cm.GetAnnotations()["provider.cluster.x-k8s.io/compressed"] != "true" {
+				t.Fatalf("big components not compressed: plain %v, annotations %v", plain, cm.GetAnnotations())
+			}
+			b64, _, _ := unstructured.NestedString(cm.Object, "binaryData", "components")
+			raw, _ := base64.StdEncoding.DecodeString(b64)
+			zr, err := gzip.NewReader(bytes.NewReader(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(zr)
+			if string(got) != big {
+				t.Error("compressed components do not decompress to the file")
+			}
+			continue
+		}
+		if !strings.HasPrefix(comp, "kind: List") {
+			t.Errorf("%s ConfigMap components = %q", c.Name, comp)
+		}
+	}
+}
+
+func TestOfflineErrorsNameWhatIsMissing(t *testing.T) {
+	t.Setenv("PVE_TOKEN_SECRET", secret)
+	lab := load(t, "../../examples/lab.yaml")
+	dir := offlineTree(t, "kind: List\n")
+	os.Remove(filepath.Join(dir, "infrastructure-proxmox", "v0.9.0", "infrastructure-components.yaml"))
+	_, err := components.Build(lab, versions.MustGet(), components.Options{OfflineDir: dir, ReadSecret: config.ReadSecret})
+	want := "InfrastructureProvider proxmox needs infrastructure-components.yaml or components.yaml in " + filepath.Join(dir, "infrastructure-proxmox", "v0.9.0")
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %v\nwant it to contain %q", err, want)
+	}
+
+	os.Remove(filepath.Join(dir, "cert-manager-v1.21.2.tgz"))
+	_, err = components.Build(lab, versions.MustGet(), components.Options{OfflineDir: dir})
+	if err == nil || !strings.Contains(err.Error(), "has no cert-manager-v1.21.2.tgz: put the chart there ('helm pull cert-manager --repo https://charts.jetstack.io --version v1.21.2')") {
+		t.Errorf("err = %v", err)
+	}
+
+	_, err = components.Build(lab, versions.MustGet(), components.Options{OfflineDir: filepath.Join(dir, "nope")})
+	if err == nil || !strings.Contains(err.Error(), "does not exist or is not a folder") {
+		t.Errorf("err = %v", err)
+	}
+}

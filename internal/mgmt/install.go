@@ -1,0 +1,316 @@
+// Package mgmt holds the management-cluster use cases: 'mgmt install'
+// (also called by 'mgmt up' once the k3s VM answers), 'mgmt status' and
+// the k3s HelmChart manifests that cloud-init drops on the VM.
+package mgmt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/labctl/labctl/internal/components"
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/helm"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/step"
+	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// ChartMode says how charts go onto the cluster.
+type ChartMode string
+
+// Chart modes.
+const (
+	// Auto picks HelmController when the cluster has k3s's HelmChart CRD,
+	// else HelmSDK.
+	Auto ChartMode = "auto"
+	// HelmController applies HelmChart objects that k3s's helm-controller
+	// installs.
+	HelmController ChartMode = "helm-controller"
+	// HelmSDK installs the charts directly with the Helm SDK.
+	HelmSDK ChartMode = "helm-sdk"
+)
+
+// ChartModes lists the values --charts takes.
+var ChartModes = []ChartMode{Auto, HelmController, HelmSDK}
+
+// DefaultTimeout bounds each component's readiness wait.
+const DefaultTimeout = 10 * time.Minute
+
+// InstallOptions are the inputs of Install.
+type InstallOptions struct {
+	IO *ui.IO
+	// Lab is the lab; when nil it is loaded as Config says.
+	Lab    *config.Lab
+	Config config.Request
+	// Client is the cluster to install onto. When nil, Kubeconfig is
+	// loaded, else the lab's stored management kubeconfig.
+	Client     *kube.Client
+	Kubeconfig string
+	DryRun     bool
+	// Output is "" or "text" (the plan, on stderr), or with DryRun "yaml"
+	// or "json": every object that would be applied, on stdout.
+	Output string
+	// OfflineDir overrides the lab's management.stack.offlineDir.
+	OfflineDir string
+	Charts     ChartMode
+	// Timeout bounds each component's readiness wait (DefaultTimeout).
+	Timeout time.Duration
+	// NoWait applies everything without waiting for workloads and
+	// providers to be ready. CRDs are still waited for: the provider CRs
+	// need them.
+	NoWait  bool
+	Verbose int
+	// EmitK3sManifests, when set, only writes the charts' HelmChart
+	// manifests to this folder (see EmitK3sManifests); no cluster is
+	// needed.
+	EmitK3sManifests string
+}
+
+// Install puts the management stack onto the cluster, in order, and waits
+// for each piece. Re-running it changes nothing. A failure leaves what was
+// applied in place for the next run.
+func Install(ctx context.Context, o InstallOptions) error {
+	lab, err := loadLab(o.Lab, o.Config)
+	if err != nil {
+		return err
+	}
+	o.Lab = lab
+	if o.EmitK3sManifests != "" {
+		if o.DryRun {
+			return errors.New("--emit-k3s-manifests writes files and changes no cluster; drop --dry-run")
+		}
+		_, err := EmitK3sManifests(EmitOptions{IO: o.IO, Lab: lab, Dir: o.EmitK3sManifests, OfflineDir: o.OfflineDir})
+		return err
+	}
+	in, err := newInstaller(ctx, o)
+	if err != nil {
+		return err
+	}
+	if o.DryRun {
+		fmt.Fprintln(o.IO.Err, "Dry run: nothing is applied.")
+	}
+	runner := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
+	if err := runner.Run(ctx, in.steps()); err != nil {
+		if !o.DryRun {
+			var te *kube.TimeoutError
+			if errors.As(err, &te) {
+				err = fmt.Errorf("%w\nWhat was applied stays; run 'labctl mgmt install' again to carry on, and 'labctl mgmt status' to see each component", err)
+			}
+		}
+		return err
+	}
+	if o.DryRun && (o.Output == "yaml" || o.Output == "json") {
+		return in.printObjects(ctx)
+	}
+	return nil
+}
+
+type installer struct {
+	o     InstallOptions
+	kc    *kube.Client
+	hc    *helm.Client
+	mode  ChartMode
+	kver  string
+	comps []components.Component
+}
+
+func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Charts == "" {
+		o.Charts = Auto
+	}
+	if o.Output != "" && o.Output != "text" && !o.DryRun {
+		return nil, fmt.Errorf("-o %s prints the objects of a dry run; add --dry-run", o.Output)
+	}
+	comps, err := components.Build(o.Lab, versions.MustGet(), components.Options{OfflineDir: o.OfflineDir, ReadSecret: config.ReadSecret})
+	if err != nil {
+		return nil, err
+	}
+	kc, err := connect(o.IO, o.Lab, o.Client, o.Kubeconfig, o.Verbose)
+	if err != nil {
+		return nil, err
+	}
+	in := &installer{o: o, kc: kc, hc: newHelm(kc, o.IO, o.Verbose), comps: comps}
+	v, err := kc.ServerVersion(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("installing the management stack: %w", err)
+	}
+	in.kver = v.GitVersion
+	in.mode, err = detectMode(ctx, kc, o.Charts)
+	if err != nil {
+		return nil, err
+	}
+	how := "the Helm SDK"
+	if in.mode == HelmController {
+		how = "k3s's helm-controller (HelmChart objects)"
+	}
+	fmt.Fprintf(o.IO.Err, "Management stack onto %s (Kubernetes %s), charts through %s\n", kc.Host(), v.GitVersion, how)
+	return in, nil
+}
+
+// loadLab returns lab, or loads the config req names.
+func loadLab(lab *config.Lab, req config.Request) (*config.Lab, error) {
+	if lab != nil {
+		return lab, nil
+	}
+	lab, _, err := config.Load(req)
+	return lab, err
+}
+
+// connect returns the client to use: the given one, else one for the
+// kubeconfig named, else for the lab's stored management kubeconfig.
+func connect(io *ui.IO, lab *config.Lab, c *kube.Client, kubeconfig string, verbose int) (*kube.Client, error) {
+	if c == nil {
+		path := kubeconfig
+		if path == "" {
+			p, err := kube.MgmtKubeconfigPath(lab.Metadata.Name)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("no management cluster for lab %q yet (no kubeconfig at %s): run 'labctl mgmt up', or name a cluster with --kubeconfig", lab.Metadata.Name, p)
+			}
+			path = p
+		}
+		var err error
+		if c, err = kube.Connect(path); err != nil {
+			return nil, err
+		}
+	}
+	if verbose >= 3 {
+		c.LogRequests(io.Err)
+	}
+	return c, nil
+}
+
+func newHelm(kc *kube.Client, io *ui.IO, verbose int) *helm.Client {
+	hc := helm.New(kc.RESTConfig())
+	if verbose >= 3 {
+		hc.Log = func(format string, args ...any) { fmt.Fprintf(io.Err, "helm: "+format+"\n", args...) }
+	}
+	return hc
+}
+
+const helmChartCRD = "helmcharts.helm.cattle.io"
+
+func detectMode(ctx context.Context, kc *kube.Client, asked ChartMode) (ChartMode, error) {
+	switch asked {
+	case HelmSDK:
+		return HelmSDK, nil
+	case Auto, HelmController:
+	default:
+		return "", fmt.Errorf("--charts %q: must be one of auto, helm-controller, helm-sdk", asked)
+	}
+	d, err := kc.CRD(ctx, helmChartCRD)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case d.Found && d.Established:
+		return HelmController, nil
+	case asked == HelmController:
+		return "", fmt.Errorf("--charts helm-controller: %s has no k3s helm-controller (CRD %s is missing); use --charts helm-sdk", kc.Host(), helmChartCRD)
+	}
+	return HelmSDK, nil
+}
+
+func (in *installer) steps() []step.Step {
+	var steps []step.Step
+	for i := range in.comps {
+		c := &in.comps[i]
+		name := c.Name + " " + c.Version
+		switch c.Install {
+		case components.ChartInstall:
+			steps = append(steps, step.Step{Name: name, Plan: in.withProgress(func(ctx context.Context) ([]string, error) { return in.planChart(ctx, c) }),
+				Apply: in.applyWith(func(ctx context.Context) error { return in.applyChart(ctx, c) })})
+		case components.ProviderInstall:
+			steps = append(steps, step.Step{Name: name, Plan: in.withProgress(func(ctx context.Context) ([]string, error) { return in.planProvider(ctx, c) }),
+				Apply: in.applyWith(func(ctx context.Context) error { return in.applyProvider(ctx, c) })})
+		default:
+			steps = append(steps, step.Step{Name: name, Plan: in.withProgress(func(ctx context.Context) ([]string, error) { return in.planObjects(ctx, c.Objects) }),
+				Apply: in.applyWith(func(ctx context.Context) error {
+					_, err := in.kc.Apply(ctx, c.Objects, kube.ApplyOptions{})
+					return err
+				})})
+		}
+	}
+	return steps
+}
+
+// withProgress routes the kube package's wait progress to the step's line.
+func (in *installer) withProgress(f func(context.Context) ([]string, error)) func(context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		return f(kube.WithProgress(ctx, func(s string) { step.Progress(ctx, "%s", s) }))
+	}
+}
+
+func (in *installer) applyWith(f func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return f(kube.WithProgress(ctx, func(s string) { step.Progress(ctx, "%s", s) }))
+	}
+}
+
+func (in *installer) planObjects(ctx context.Context, objs []*unstructured.Unstructured) ([]string, error) {
+	cs, err := in.kc.Plan(ctx, objs)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range kube.Changed(cs) {
+		out = append(out, c.String())
+	}
+	return out, nil
+}
+
+func (in *installer) planProvider(ctx context.Context, c *components.Component) ([]string, error) {
+	out, err := in.planObjects(ctx, c.Objects)
+	if err != nil || len(out) > 0 || in.o.NoWait {
+		return out, err
+	}
+	p := c.Provider
+	obj, found, err := in.kc.Get(ctx, p.Ref())
+	if err != nil || !found {
+		return out, err
+	}
+	if ok, now := kube.ProviderReady(p.Version).Check(obj); !ok {
+		out = append(out, fmt.Sprintf("wait for %s to be Ready at %s (now: %s)", p.Ref(), p.Version, now))
+	}
+	return out, nil
+}
+
+func (in *installer) applyProvider(ctx context.Context, c *components.Component) error {
+	p := c.Provider
+	// The Provider CR needs its CRD, which the operator's chart brings.
+	served, err := in.kc.Serves(p.GVK)
+	if err != nil {
+		return err
+	}
+	if !served {
+		if err := in.kc.WaitFor(ctx, kube.CRDGVK, "", []string{crdOf(p)}, kube.CRDEstablished(), in.o.Timeout); err != nil {
+			return err
+		}
+	}
+	if _, err := in.kc.Apply(ctx, c.Objects, kube.ApplyOptions{}); err != nil {
+		return err
+	}
+	if in.o.NoWait {
+		return nil
+	}
+	return in.kc.WaitFor(ctx, p.GVK, p.Namespace, []string{p.Name}, kube.ProviderReady(p.Version), in.o.Timeout)
+}
+
+// crdOf names the CRD of a Provider kind: InfrastructureProvider →
+// infrastructureproviders.operator.cluster.x-k8s.io.
+func crdOf(p *components.Provider) string {
+	return strings.ToLower(p.GVK.Kind) + "s." + p.GVK.Group
+}

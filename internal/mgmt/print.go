@@ -1,0 +1,115 @@
+package mgmt
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/labctl/labctl/internal/components"
+	"github.com/labctl/labctl/internal/kube"
+)
+
+// printObjects writes every object the install would apply to stdout, in
+// order: for charts the HelmChart (helm-controller) or the chart's
+// rendered manifests (Helm SDK), then labctl's own objects. Secret values
+// are replaced by where they come from.
+func (in *installer) printObjects(ctx context.Context) error {
+	var objs []*unstructured.Unstructured
+	for i := range in.comps {
+		c := &in.comps[i]
+		if c.Chart != nil {
+			if in.mode == HelmController {
+				obj, err := c.Chart.HelmChart()
+				if err != nil {
+					return err
+				}
+				objs = append(objs, obj)
+				continue
+			}
+			raw, err := in.hc.Render(ctx, c.Chart.Release, in.kver)
+			if err != nil {
+				return err
+			}
+			rendered, err := kube.ParseObjects("chart "+c.Chart.Release.Chart.String(), raw)
+			if err != nil {
+				return err
+			}
+			for _, o := range rendered {
+				if o.GetNamespace() == "" && namespaced(o) {
+					o.SetNamespace(c.Chart.Release.Namespace)
+				}
+			}
+			objs = append(objs, rendered...)
+			continue
+		}
+		for _, o := range c.Objects {
+			objs = append(objs, redact(o, c.Secrets))
+		}
+	}
+	if in.o.Output == "json" {
+		list := map[string]any{"apiVersion": "v1", "kind": "List", "items": objectsOf(objs)}
+		data, err := json.MarshalIndent(list, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encoding the objects: %w", err)
+		}
+		_, err = in.o.IO.Out.Write(append(data, '\n'))
+		return err
+	}
+	data, err := kube.MarshalYAML(objs)
+	if err != nil {
+		return err
+	}
+	_, err = in.o.IO.Out.Write(data)
+	return err
+}
+
+func objectsOf(objs []*unstructured.Unstructured) []any {
+	out := make([]any, len(objs))
+	for i, o := range objs {
+		out[i] = o.Object
+	}
+	return out
+}
+
+// namespaced guesses whether a chart object is namespaced: charts leave
+// the namespace out and Helm fills it in.
+func namespaced(o *unstructured.Unstructured) bool {
+	switch o.GetKind() {
+	case "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+		"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "APIService", "PriorityClass", "StorageClass":
+		return false
+	}
+	return true
+}
+
+// redact returns o for printing: a Secret's data becomes readable
+// stringData in which only values known to be harmless (the Proxmox URL
+// and token id) show; a secret value shows where it comes from instead.
+func redact(o *unstructured.Unstructured, secrets []components.SecretField) *unstructured.Unstructured {
+	if o.GetKind() != "Secret" {
+		return o
+	}
+	out := o.DeepCopy()
+	data, _, _ := unstructured.NestedStringMap(out.Object, "data")
+	plain := map[string]any{}
+	for k, v := range data {
+		plain[k] = "(not shown)"
+		if b, err := base64.StdEncoding.DecodeString(v); err == nil && harmless[k] {
+			plain[k] = string(b)
+		}
+		for _, s := range secrets {
+			if s.Ref == kube.RefOf(o) && s.Key == k {
+				plain[k] = "(secret, from " + s.From + "; not shown)"
+			}
+		}
+	}
+	unstructured.RemoveNestedField(out.Object, "data")
+	out.Object["stringData"] = plain
+	return out
+}
+
+// harmless are Secret keys whose values are not secret.
+var harmless = map[string]bool{"PROXMOX_URL": true, "PROXMOX_TOKEN": true}
