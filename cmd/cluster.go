@@ -56,8 +56,9 @@ cluster-autoscaler.`,
 		Long: `Apply the cluster's Cluster API objects (server-side apply, field manager
 labctl), wait until the infrastructure is provisioned, the control plane is
 initialized and the kubeconfig secret exists, write the kubeconfig (mode
-0600) to $XDG_CONFIG_HOME/labctl/<lab>/<cluster>.kubeconfig, and start the
-cluster's cluster-autoscaler. Re-running changes nothing that is already
+0600) to $XDG_CONFIG_HOME/labctl/<lab>/<cluster>.kubeconfig, install Cilium
+into the cluster with Helm (ipam.mode kubernetes, k8sServiceHost the VIP),
+and start the cluster's cluster-autoscaler. Re-running changes nothing that is already
 right, and never touches the worker count the autoscaler chose.
 
 --dry-run -o yaml prints every object without a management cluster.`,
@@ -149,13 +150,31 @@ Cluster API has removed its machines. Asks first unless --yes.`,
 		},
 	}
 	addOutputFlag(listCmd, &listOut)
+	var describeOut string
 	describeCmd := &cobra.Command{
 		Use:   "describe NAME",
 		Short: "Show a cluster's control plane, machines and autoscaler",
-		Args:  cobra.ExactArgs(1),
-		RunE:  notImplemented,
+		Long: `Show the Cluster's phase and conditions, its KubeadmControlPlane (version,
+replicas ready), each worker MachineDeployment (autoscaler bounds, replicas,
+ready), every Machine with its node, and the cluster-autoscaler Deployment,
+as a tree or as json/yaml. It reads only; no secret is printed.`,
+		Example: "  labctl cluster describe lab1\n  labctl cluster describe lab1 -o json",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(describeOut); err != nil {
+				return err
+			}
+			o, err := g.clusterOptions(args[0], false, changeFlags{})
+			if err != nil {
+				return err
+			}
+			d, err := cluster.Describe(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return g.IO.Print(describeOut, d, func(w io.Writer) error { return cluster.DescribeText(w, d) })
+		},
 	}
-	var describeOut string
 	addOutputFlag(describeCmd, &describeOut)
 	var file string
 	kubeconfigCmd := &cobra.Command{

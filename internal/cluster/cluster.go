@@ -5,6 +5,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -12,13 +13,8 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
@@ -52,15 +48,6 @@ type Options struct {
 	// KubeconfigDir is where the workload kubeconfig is written; empty
 	// means the lab's state folder.
 	KubeconfigDir string
-	// Cilium installs the CNI into the workload cluster; nil skips it.
-	Cilium CNIInstaller
-}
-
-// CNIInstaller installs the CNI into a workload cluster, given its
-// kubeconfig. Plan returns "" when nothing would change.
-type CNIInstaller interface {
-	Plan(ctx context.Context, kubeconfig []byte, c *config.Cluster) (string, error)
-	Install(ctx context.Context, kubeconfig []byte, c *config.Cluster) error
 }
 
 func (o *Options) timeout() time.Duration {
@@ -70,18 +57,37 @@ func (o *Options) timeout() time.Duration {
 	return DefaultTimeout
 }
 
-// scheme knows core types, so typed Secrets and unstructured CAPI objects
-// go through one client.
-func newClient(mgmt *kube.Client) (client.WithWatch, error) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return nil, fmt.Errorf("building the API scheme: %w", err)
-	}
-	c, err := client.NewWithWatch(mgmt.RESTConfig(), client.Options{Scheme: s})
+// plan lists what applying objs would change, as sentences.
+func plan(ctx context.Context, mgmt *kube.Client, objs []*unstructured.Unstructured) ([]string, error) {
+	cs, err := mgmt.Plan(ctx, objs)
 	if err != nil {
-		return nil, fmt.Errorf("creating a client for %s: %w", mgmt.Host(), err)
+		return nil, err
 	}
-	return c, nil
+	var out []string
+	for _, c := range kube.Changed(cs) {
+		out = append(out, c.String())
+	}
+	return out, nil
+}
+
+// apply server-side applies objs as field manager labctl, writing only
+// those that differ from the server.
+func apply(ctx context.Context, mgmt *kube.Client, objs []*unstructured.Unstructured) error {
+	_, err := mgmt.Apply(withProgress(ctx), objs, kube.ApplyOptions{Progress: func(m string) { step.Progress(ctx, "%s", m) }})
+	return err
+}
+
+// withProgress sends the kube package's wait reports to the step line.
+func withProgress(ctx context.Context) context.Context {
+	return kube.WithProgress(ctx, func(s string) { step.Progress(ctx, "%s", s) })
+}
+
+// until waits on one named object (or, with name "", all of a kind in ns
+// matching selector).
+func until(ctx context.Context, mgmt *kube.Client, gvk schema.GroupVersionKind, ns, name, selector, what, condition string, timeout time.Duration,
+	done func(map[string]*unstructured.Unstructured) (bool, string)) error {
+	w := kube.Watch{GVK: gvk, Namespace: ns, Name: name, LabelSelector: selector}
+	return mgmt.Until(withProgress(ctx), w, what, condition, timeout, done)
 }
 
 // SSHKeys reads the owner's public keys from management.sshPublicKeys and
@@ -147,38 +153,43 @@ func Create(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	c, err := newClient(o.Mgmt)
+	cl := clusterOf(o.Lab, o.Name)
+	cilium, err := NewCilium(o.Lab, cl)
 	if err != nil {
 		return err
 	}
-	k := newKubeOps(c)
-	cl := clusterOf(o.Lab, o.Name)
+	path, err := o.KubeconfigPath()
+	if err != nil {
+		return err
+	}
+	m := o.Mgmt
 	ns, name := r.Namespace, r.Name
+	secret := clusterapi.KubeconfigSecret(name)
 	var kubeconfig []byte
 	steps := []step.Step{
 		{
 			Name:  fmt.Sprintf("apply cluster %s (%d objects)", name, len(r.Objects)),
-			Plan:  func(ctx context.Context) ([]string, error) { return k.plan(ctx, r.Objects) },
-			Apply: func(ctx context.Context) error { return k.apply(ctx, r.Objects) },
+			Plan:  func(ctx context.Context) ([]string, error) { return plan(ctx, m, r.Objects) },
+			Apply: func(ctx context.Context) error { return apply(ctx, m, r.Objects) },
 		},
 		{
 			Name: "wait for infrastructure provisioned",
 			Apply: func(ctx context.Context) error {
-				return k.until(ctx, ClusterGVK, ns, name, "Cluster "+ns+"/"+name+" infrastructure provisioned", o.timeout(), clusterFlag("infrastructureProvisioned"))
+				return until(ctx, m, ClusterGVK, ns, name, "", "Cluster "+ns+"/"+name, "infrastructure provisioned", o.timeout(), clusterFlag("infrastructureProvisioned"))
 			},
 		},
 		{
 			Name: "wait for control plane initialized",
 			Apply: func(ctx context.Context) error {
-				return k.until(ctx, ClusterGVK, ns, name, "Cluster "+ns+"/"+name+" control plane initialized", o.timeout(), clusterFlag("controlPlaneInitialized"))
+				return until(ctx, m, ClusterGVK, ns, name, "", "Cluster "+ns+"/"+name, "control plane initialized", o.timeout(), clusterFlag("controlPlaneInitialized"))
 			},
 		},
 		{
-			Name: "wait for kubeconfig secret " + clusterapi.KubeconfigSecret(name),
+			Name: "wait for kubeconfig secret " + secret,
 			Apply: func(ctx context.Context) error {
-				return k.until(ctx, secretGVK, ns, clusterapi.KubeconfigSecret(name), "Secret "+ns+"/"+clusterapi.KubeconfigSecret(name), o.timeout(),
+				return until(ctx, m, secretGVK, ns, secret, "", "Secret "+ns+"/"+secret, "present", o.timeout(),
 					func(objs map[string]*unstructured.Unstructured) (bool, string) {
-						s := objs[clusterapi.KubeconfigSecret(name)]
+						s := objs[secret]
 						if s == nil {
 							return false, "not created yet"
 						}
@@ -187,51 +198,48 @@ func Create(ctx context.Context, o Options) error {
 					})
 			},
 		},
-	}
-	path, err := o.KubeconfigPath()
-	if err != nil {
-		return err
-	}
-	steps = append(steps, step.Step{
-		Name: "write kubeconfig " + path,
-		Plan: func(ctx context.Context) ([]string, error) {
-			kc, err := readKubeconfig(ctx, c, ns, name)
-			if err != nil {
-				return nil, err
-			}
-			kubeconfig = kc
-			if old, err := os.ReadFile(path); err == nil && string(old) == string(kc) {
-				return nil, nil
-			}
-			return []string{"write " + path + " (mode 0600)"}, nil
+		{
+			Name: "write kubeconfig " + path,
+			Plan: func(ctx context.Context) ([]string, error) {
+				kc, err := readKubeconfig(ctx, m, ns, name)
+				if err != nil {
+					return nil, err
+				}
+				kubeconfig = kc
+				if old, err := os.ReadFile(path); err == nil && string(old) == string(kc) {
+					return nil, nil
+				}
+				return []string{"write " + path + " (mode 0600)"}, nil
+			},
+			Apply: func(ctx context.Context) error { return writePrivate(path, kubeconfig) },
 		},
-		Apply: func(ctx context.Context) error { return writePrivate(path, kubeconfig) },
-	})
-	if o.Cilium != nil {
-		steps = append(steps, step.Step{
-			Name: "install Cilium " + cl.CNI.Cilium,
+		{
+			Name: "install Cilium " + cilium.Release.Chart.Version,
 			Plan: func(ctx context.Context) ([]string, error) {
 				if kubeconfig == nil {
-					return []string{"install Cilium " + cl.CNI.Cilium + " once the kubeconfig exists"}, nil
+					// Dry run of a cluster not up yet: nothing to read.
+					return []string{"install " + cilium.String() + " once the kubeconfig exists"}, nil
 				}
-				p, err := o.Cilium.Plan(ctx, kubeconfig, cl)
+				p, err := cilium.Plan(ctx, kubeconfig)
 				if err != nil || p == "" {
 					return nil, err
 				}
 				return []string{p}, nil
 			},
-			Apply: func(ctx context.Context) error { return o.Cilium.Install(ctx, kubeconfig, cl) },
-		})
+			Apply: func(ctx context.Context) error { return cilium.Install(ctx, kubeconfig, o.timeout()) },
+		},
+		{
+			Name:  "apply cluster-autoscaler",
+			Plan:  func(ctx context.Context) ([]string, error) { return plan(ctx, m, r.Autoscaler) },
+			Apply: func(ctx context.Context) error { return apply(ctx, m, r.Autoscaler) },
+		},
 	}
-	steps = append(steps, step.Step{
-		Name:  "apply cluster-autoscaler",
-		Plan:  func(ctx context.Context) ([]string, error) { return k.plan(ctx, r.Autoscaler) },
-		Apply: func(ctx context.Context) error { return k.apply(ctx, r.Autoscaler) },
-	})
 	if o.DryRun {
-		// Nothing was applied, so there is nothing to wait for: show the plan
-		// of what can be known.
-		steps = []step.Step{steps[0], steps[len(steps)-1]}
+		// Nothing is applied, so there is nothing to wait for. The kubeconfig
+		// and Cilium steps only read; they show what they would do when the
+		// cluster is already up.
+		steps = []step.Step{steps[0], steps[4], steps[5], steps[6]}
+		steps[1].Plan = dryKubeconfigPlan(m, ns, name, path, &kubeconfig)
 	}
 	run := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
 	if err := run.Run(ctx, steps); err != nil {
@@ -241,6 +249,29 @@ func Create(ctx context.Context, o Options) error {
 		fmt.Fprintf(o.IO.Err, "cluster %s is up; kubeconfig: %s\n", name, path)
 	}
 	return nil
+}
+
+// dryKubeconfigPlan is the kubeconfig step's plan for a dry run: a cluster
+// whose secret does not exist yet is not an error there.
+func dryKubeconfigPlan(m *kube.Client, ns, name, path string, kubeconfig *[]byte) func(context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		_, found, err := m.Get(ctx, kube.Ref{GVK: secretGVK, Namespace: ns, Name: clusterapi.KubeconfigSecret(name)})
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return []string{"write " + path + " (mode 0600) once Cluster API has made the kubeconfig"}, nil
+		}
+		kc, err := readKubeconfig(ctx, m, ns, name)
+		if err != nil {
+			return nil, err
+		}
+		*kubeconfig = kc
+		if old, err := os.ReadFile(path); err == nil && string(old) == string(kc) {
+			return nil, nil
+		}
+		return []string{"write " + path + " (mode 0600)"}, nil
+	}
 }
 
 func clusterOf(lab *config.Lab, name string) *config.Cluster {
@@ -271,20 +302,24 @@ func clusterFlag(flag string) func(map[string]*unstructured.Unstructured) (bool,
 }
 
 // readKubeconfig reads the admin kubeconfig CAPI stored for the cluster.
-func readKubeconfig(ctx context.Context, c client.Client, ns, name string) ([]byte, error) {
-	var s corev1.Secret
-	key := client.ObjectKey{Namespace: ns, Name: clusterapi.KubeconfigSecret(name)}
-	if err := c.Get(ctx, key, &s); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("cluster %s has no kubeconfig yet: secret %s/%s does not exist; is the control plane up? (labctl cluster describe %s)", name, key.Namespace, key.Name, name)
-		}
-		return nil, fmt.Errorf("reading secret %s/%s: %w", key.Namespace, key.Name, err)
+func readKubeconfig(ctx context.Context, m *kube.Client, ns, name string) ([]byte, error) {
+	ref := kube.Ref{GVK: secretGVK, Namespace: ns, Name: clusterapi.KubeconfigSecret(name)}
+	s, found, err := m.Get(ctx, ref)
+	if err != nil {
+		return nil, err
 	}
-	v := s.Data["value"]
-	if len(v) == 0 {
-		return nil, fmt.Errorf("secret %s/%s has no value key", key.Namespace, key.Name)
+	if !found {
+		return nil, fmt.Errorf("cluster %s has no kubeconfig yet: secret %s/%s does not exist; is the control plane up? (labctl cluster describe %s)", name, ns, ref.Name, name)
 	}
-	return v, nil
+	v, _, _ := unstructured.NestedString(s.Object, "data", "value")
+	if v == "" {
+		return nil, fmt.Errorf("secret %s/%s has no value key", ns, ref.Name)
+	}
+	data, err := base64.StdEncoding.DecodeString(v)
+	if err != nil {
+		return nil, fmt.Errorf("reading secret %s/%s: its value key is not base64: %w", ns, ref.Name, err)
+	}
+	return data, nil
 }
 
 // writePrivate writes a secret file with mode 0600 (and its folder 0700),

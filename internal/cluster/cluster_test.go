@@ -2,6 +2,8 @@ package cluster_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"reflect"
 	"context"
 	"os"
 	"path/filepath"
@@ -20,9 +22,12 @@ import (
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/helm"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versions"
 )
 
 const ownerKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop"
@@ -90,6 +95,11 @@ func standInCAPI(ctx context.Context, t *testing.T, c client.Client, ns, name st
 	}()
 }
 
+// TestCreateScaleListDeleteAgainstRealAPI runs every cluster command
+// against a real API server with the pinned CRDs. Stand-ins play what
+// cannot run here: Cluster API's controllers (standInCAPI), the workload
+// cluster (a second test-bed API server), Cilium's chart (served on
+// loopback, installed with the real Helm SDK) and the autoscaler.
 func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 	mgmtEnv := testbed.Start(t, testbed.WithCRDs("capi", "capmox", "ipam"))
 	workload := testbed.Start(t) // stands in for the workload cluster
@@ -107,6 +117,9 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{ownerKey}
+	pins := versions.MustGet()
+	repo := standin.ServeRepo(t, standin.Package(t, t.TempDir(), standin.Cilium, pins.Cilium))
+	lab.Management.Stack.ChartRepos.Cilium = repo.URL
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	standInCAPI(ctx, t, mc, "lab1", "lab1", wkc)
@@ -119,8 +132,10 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 	if err := cluster.Create(ctx, opts); err != nil {
 		t.Fatalf("create: %v\n%s", err, errb.String())
 	}
+	t.Logf("create output:\n%s", errb.String())
 	t.Logf("create took %s against the stand-in controllers", time.Since(began).Round(time.Millisecond))
-	for _, want := range []string{"apply cluster lab1", "wait for infrastructure provisioned", "wait for control plane initialized", "wait for kubeconfig secret lab1-kubeconfig", "apply cluster-autoscaler"} {
+	for _, want := range []string{"apply cluster lab1", "wait for infrastructure provisioned", "wait for control plane initialized",
+		"wait for kubeconfig secret lab1-kubeconfig", "install Cilium " + pins.Cilium, "apply cluster-autoscaler"} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("create output lacks %q:\n%s", want, errb.String())
 		}
@@ -138,6 +153,37 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 	if got, _ := os.ReadFile(path); !bytes.Equal(got, wkc) {
 		t.Error("written kubeconfig differs from the secret's")
 	}
+
+	t.Run("Cilium installed with the Helm SDK into the workload cluster", func(t *testing.T) {
+		st, err := helm.New(workload.Config).State(ctx, "cilium", "kube-system")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Found || st.Status != "deployed" || st.ChartVersion != pins.Cilium || st.Revision != 1 {
+			t.Fatalf("cilium release = %+v, want revision 1 of chart %s deployed", st, pins.Cilium)
+		}
+		want := map[string]any{"ipam": map[string]any{"mode": "kubernetes"}, "ipv4NativeRoutingCIDR": "10.244.0.0/16",
+			"k8sServiceHost": lab.Clusters[0].ControlPlane.Endpoint, "k8sServicePort": float64(6443), "operator": map[string]any{"replicas": float64(1)}}
+		if got := mustJSONRoundTrip(t, st.Values); !reflect.DeepEqual(got, want) {
+			t.Errorf("release values = %v, want %v", got, want)
+		}
+		if repo.Requests() != 1 {
+			t.Errorf("chart downloads = %d, want 1", repo.Requests())
+		}
+		// What the (stand-in) chart rendered from those values, in the
+		// workload cluster.
+		cm := get(t, newClient(t, workload), "v1", "ConfigMap", "kube-system", "cilium-config")
+		data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+		for k, v := range map[string]string{"ipam": "kubernetes", "k8s-service-host": lab.Clusters[0].ControlPlane.Endpoint,
+			"k8s-service-port": "6443", "ipv4-native-routing-cidr": "10.244.0.0/16", "operator-replicas": "1"} {
+			if data[k] != v {
+				t.Errorf("cilium-config %s = %q, want %q", k, data[k], v)
+			}
+		}
+		if _, ok := data["cluster-pool-ipv4-cidr"]; ok {
+			t.Errorf("cilium-config has a cluster-pool CIDR with kubernetes IPAM: %v", data)
+		}
+	})
 
 	t.Run("autoscaler as applied", func(t *testing.T) {
 		dep := get(t, mc, "apps/v1", "Deployment", "lab1", "cluster-autoscaler")
@@ -188,21 +234,26 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		objs := append(append([]*unstructured.Unstructured{}, r.Objects...), r.Autoscaler...)
 		before := rvs(t, mc, objs)
 		errb.Reset()
+		began := time.Now()
 		if err := cluster.Create(ctx, opts); err != nil {
 			t.Fatalf("second create: %v\n%s", err, errb.String())
 		}
+		t.Logf("no-op re-create took %s", time.Since(began).Round(time.Millisecond))
 		if after := rvs(t, mc, objs); !mapsEqual(before, after) {
 			t.Errorf("re-running create changed objects:\nbefore %v\nafter  %v", before, after)
 		}
-		if n := strings.Count(errb.String(), "up to date"); n < 3 {
-			t.Errorf("second create: %d steps up to date, want apply, kubeconfig and autoscaler:\n%s", n, errb.String())
+		if n := strings.Count(errb.String(), "up to date"); n != 4 {
+			t.Errorf("second create: %d steps up to date, want 4 (apply, kubeconfig, Cilium, autoscaler):\n%s", n, errb.String())
+		}
+		if st, _ := helm.New(workload.Config).State(ctx, "cilium", "kube-system"); st.Revision != 1 {
+			t.Errorf("re-create upgraded Cilium to revision %d", st.Revision)
 		}
 		md := get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers")
 		if r, _, _ := unstructured.NestedInt64(md.Object, "spec", "replicas"); r != 3 {
 			t.Errorf("replicas = %d after re-create, want the autoscaler's 3", r)
 		}
 		for _, mf := range md.GetManagedFields() {
-			if mf.Manager == cluster.FieldManager && strings.Contains(string(mf.FieldsV1.Raw), `"f:replicas"`) {
+			if mf.Manager == kube.FieldManager && strings.Contains(string(mf.FieldsV1.Raw), `"f:replicas"`) {
 				t.Errorf("labctl owns spec.replicas of an autoscaled MachineDeployment: %s", mf.FieldsV1.Raw)
 			}
 		}
@@ -257,6 +308,104 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		if err != nil || !bytes.Equal(kc, wkc) {
 			t.Errorf("kubeconfig: %v", err)
 		}
+	})
+
+	t.Run("describe", func(t *testing.T) {
+		// Stand-in CAPI and deployment controller status: one control-plane
+		// machine with its node, one worker running, one provisioning.
+		cl := get(t, mc, "cluster.x-k8s.io/v1beta2", "Cluster", "lab1", "lab1")
+		kcpName, _, _ := unstructured.NestedString(cl.Object, "spec", "controlPlaneRef", "name")
+		// CAPI copies the endpoint from the ProxmoxCluster into the Cluster.
+		_ = unstructured.SetNestedMap(cl.Object, map[string]any{"host": lab.Clusters[0].ControlPlane.Endpoint, "port": int64(6443)}, "spec", "controlPlaneEndpoint")
+		if err := mc.Update(ctx, cl, client.FieldOwner("stand-in-capi")); err != nil {
+			t.Fatal(err)
+		}
+		setStatus(t, mc, cl, map[string]any{"phase": "Provisioned", "initialization": map[string]any{"infrastructureProvisioned": true, "controlPlaneInitialized": true},
+			"conditions": []any{cond("Available", "False", "NotAvailable", "* WorkersAvailable: 1 of 2 workers ready")}})
+		setStatus(t, mc, get(t, mc, "controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", "lab1", kcpName),
+			map[string]any{"replicas": int64(1), "readyReplicas": int64(1), "upToDateReplicas": int64(1), "version": "v1.35.4",
+				"initialization": map[string]any{"controlPlaneInitialized": true}, "conditions": []any{cond("Available", "True", "Available", "")}})
+		setStatus(t, mc, get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers"),
+			map[string]any{"replicas": int64(2), "readyReplicas": int64(1)})
+		setStatus(t, mc, get(t, mc, "apps/v1", "Deployment", "lab1", "cluster-autoscaler"),
+			map[string]any{"replicas": int64(1), "readyReplicas": int64(1), "conditions": []any{map[string]any{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "Deployment has minimum availability."}}})
+		newMachine(t, mc, "lab1-control-plane-abcde", map[string]string{"cluster.x-k8s.io/control-plane": ""}, "Running", "lab1-control-plane-abcde")
+		newMachine(t, mc, "lab1-workers-x1", map[string]string{"cluster.x-k8s.io/deployment-name": "lab1-workers"}, "Running", "lab1-workers-x1")
+		newMachine(t, mc, "lab1-workers-x2", map[string]string{"cluster.x-k8s.io/deployment-name": "lab1-workers"}, "Provisioning", "")
+
+		d, err := cluster.Describe(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Phase != "Provisioned" || d.Endpoint != lab.Clusters[0].ControlPlane.Endpoint+":6443" || len(d.Conditions) != 1 || d.Conditions[0].Status != "False" {
+			t.Errorf("cluster = %s %s %+v", d.Phase, d.Endpoint, d.Conditions)
+		}
+		if cp := d.ControlPlane; cp == nil || cp.Name != kcpName || cp.Version != "v1.35.4" || cp.Desired != 1 || cp.Ready != 1 || !cp.Initialized {
+			t.Errorf("control plane = %+v", d.ControlPlane)
+		}
+		if len(d.Workers) != 1 || *d.Workers[0].Min != 1 || *d.Workers[0].Max != 7 || *d.Workers[0].Desired != 3 || d.Workers[0].Replicas != 2 || d.Workers[0].Ready != 1 {
+			t.Errorf("workers = %+v", d.Workers)
+		}
+		wantM := []cluster.Machine{{Name: "lab1-control-plane-abcde", Role: "control-plane", Phase: "Running", Node: "lab1-control-plane-abcde", Version: "v1.35.4"},
+			{Name: "lab1-workers-x1", Role: "lab1-workers", Phase: "Running", Node: "lab1-workers-x1", Version: "v1.35.4"},
+			{Name: "lab1-workers-x2", Role: "lab1-workers", Phase: "Provisioning", Version: "v1.35.4"}}
+		if !reflect.DeepEqual(d.Machines, wantM) {
+			t.Errorf("machines = %+v\nwant %+v", d.Machines, wantM)
+		}
+		if a := d.Autoscaler; a == nil || a.Ready != 1 || a.Available != "True" || !strings.HasPrefix(a.Image, "registry.k8s.io/autoscaling/cluster-autoscaler:") {
+			t.Errorf("autoscaler = %+v", d.Autoscaler)
+		}
+		var text bytes.Buffer
+		if err := cluster.DescribeText(&text, d); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("describe:\n%s", text.String())
+		for _, want := range []string{"Cluster lab1/lab1  Provisioned", "Available=False (NotAvailable)", "ControlPlane KubeadmControlPlane/" + kcpName + "  v1.35.4  1/1 ready",
+			"Workers MachineDeployment/lab1-workers  autoscaled 1-7  desired 3, 2 replicas, 1 ready", "Machine/lab1-workers-x2  Provisioning  no node yet",
+			"Autoscaler Deployment/cluster-autoscaler  1/1 ready, Available=True"} {
+			if !strings.Contains(text.String(), want) {
+				t.Errorf("describe text lacks %q", want)
+			}
+		}
+		js, _ := json.Marshal(d)
+		assertNoSecret(t, wkc, text.String()+string(js))
+	})
+
+	t.Run("dry runs change nothing", func(t *testing.T) {
+		r, _ := cluster.Render(lab, "lab1")
+		objs := append(append([]*unstructured.Unstructured{}, r.Objects...), r.Autoscaler...)
+		before := rvs(t, mc, objs)
+		dry := opts
+		dry.DryRun = true
+		lab.Clusters[0].Workers.Size.Memory = "8Gi"
+		errb.Reset()
+		err := cluster.Create(ctx, dry)
+		lab.Clusters[0].Workers.Size.Memory = "2Gi"
+		if err != nil {
+			t.Fatalf("create --dry-run: %v\n%s", err, errb.String())
+		}
+		for _, want := range []string{"would: create ProxmoxMachineTemplate lab1/lab1-worker-8g-", "would: update MachineDeployment lab1/lab1-workers"} {
+			if !strings.Contains(errb.String(), want) {
+				t.Errorf("create --dry-run output lacks %q:\n%s", want, errb.String())
+			}
+		}
+		if err := cluster.Scale(ctx, cluster.ScaleOptions{Options: dry, Min: ptr.To(2), Max: ptr.To(9)}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(errb.String(), "would: set worker bounds of MachineDeployment lab1/lab1-workers to min 2, max 9 (were 1, 7)") {
+			t.Errorf("scale --dry-run output:\n%s", errb.String())
+		}
+		// No --yes and no answer: a dry run must not ask, and deletes nothing.
+		if err := cluster.Delete(ctx, cluster.DeleteOptions{Options: dry}); err != nil {
+			t.Fatalf("delete --dry-run: %v", err)
+		}
+		if !strings.Contains(errb.String(), "would: delete Cluster lab1/lab1") {
+			t.Errorf("delete --dry-run output:\n%s", errb.String())
+		}
+		if after := rvs(t, mc, objs); !mapsEqual(before, after) {
+			t.Errorf("a dry run changed objects:\nbefore %v\nafter  %v", before, after)
+		}
+		assertNoSecret(t, wkc, out.String()+errb.String())
 	})
 
 	t.Run("delete waits for the machines", func(t *testing.T) {
@@ -345,4 +494,54 @@ func assertNoSecret(t *testing.T, kubeconfig []byte, output string) {
 			t.Errorf("output leaks kubeconfig credentials (%s...)", v[:20])
 		}
 	}
+}
+
+func mustJSONRoundTrip(t *testing.T, v map[string]any) map[string]any {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]any{}
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+
+func cond(typ, status, reason, msg string) map[string]any {
+	return map[string]any{"type": typ, "status": status, "reason": reason, "message": msg, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+}
+
+// setStatus writes obj's status as the stand-in controllers would.
+func setStatus(t *testing.T, c client.Client, obj *unstructured.Unstructured, status map[string]any) {
+	t.Helper()
+	obj.Object["status"] = status
+	if err := c.Status().Update(context.Background(), obj); err != nil {
+		t.Fatalf("stand-in status of %s %s: %v", obj.GetKind(), obj.GetName(), err)
+	}
+}
+
+// newMachine creates a stand-in Machine of lab1 with phase and node.
+func newMachine(t *testing.T, c client.Client, name string, labels map[string]string, phase, node string) {
+	t.Helper()
+	m := &unstructured.Unstructured{}
+	m.SetGroupVersionKind(cluster.MachineGVK)
+	m.SetNamespace("lab1")
+	m.SetName(name)
+	labels[clusterapi.ClusterNameLabel] = "lab1"
+	m.SetLabels(labels)
+	_ = unstructured.SetNestedField(m.Object, "lab1", "spec", "clusterName")
+	_ = unstructured.SetNestedField(m.Object, "v1.35.4", "spec", "version")
+	_ = unstructured.SetNestedMap(m.Object, map[string]any{"configRef": map[string]any{"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": name}}, "spec", "bootstrap")
+	_ = unstructured.SetNestedMap(m.Object, map[string]any{"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ProxmoxMachine", "name": name}, "spec", "infrastructureRef")
+	if err := c.Create(context.Background(), m); err != nil {
+		t.Fatalf("stand-in machine: %v", err)
+	}
+	st := map[string]any{"phase": phase}
+	if node != "" {
+		st["nodeRef"] = map[string]any{"name": node}
+	}
+	setStatus(t, c, m, st)
 }

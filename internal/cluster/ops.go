@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
 )
@@ -31,16 +33,15 @@ type ScaleOptions struct {
 // applied, under labctl's field manager; the autoscaler keeps its
 // replicas. Put the same numbers in lab.yaml, or the next create resets them.
 func Scale(ctx context.Context, o ScaleOptions) error {
-	c, err := newClient(o.Mgmt)
+	m := o.Mgmt
+	ns, name := clusterapi.Namespace(o.Name), o.Name
+	mdName := name + "-" + clusterapi.WorkerPool
+	md, found, err := m.Get(ctx, kube.Ref{GVK: MDGVK, Namespace: ns, Name: mdName})
 	if err != nil {
 		return err
 	}
-	ns, name := clusterapi.Namespace(o.Name), o.Name
-	md := &unstructured.Unstructured{}
-	md.SetGroupVersionKind(MDGVK)
-	mdName := name + "-" + clusterapi.WorkerPool
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: mdName}, md); err != nil {
-		return fmt.Errorf("reading MachineDeployment %s/%s: %w (was cluster %s created with labctl cluster create?)", ns, mdName, err, name)
+	if !found {
+		return fmt.Errorf("cluster %s has no MachineDeployment %s/%s; was it created with labctl cluster create?", name, ns, mdName)
 	}
 	ann := md.GetAnnotations()
 	curMin, hasMin := ann[clusterapi.AnnotationMinSize]
@@ -51,6 +52,7 @@ func Scale(ctx context.Context, o ScaleOptions) error {
 	patch.SetNamespace(ns)
 	patch.SetName(mdName)
 	var change string
+	upToDate := false
 	switch {
 	case autoscaled && o.Replicas != nil:
 		return fmt.Errorf("cluster %s: the workers are autoscaled (min %s, max %s), so the autoscaler sets their count; use --min and --max", name, curMin, curMax)
@@ -69,7 +71,8 @@ func Scale(ctx context.Context, o ScaleOptions) error {
 			return fmt.Errorf("cluster %s: --min %d --max %d: need 0 <= min <= max and max >= 1", name, lo, hi)
 		}
 		patch.SetAnnotations(map[string]string{clusterapi.AnnotationMinSize: strconv.Itoa(lo), clusterapi.AnnotationMaxSize: strconv.Itoa(hi)})
-		change = fmt.Sprintf("set worker bounds of %s/%s to min %d, max %d (were %s, %s)", ns, mdName, lo, hi, curMin, curMax)
+		change = fmt.Sprintf("set worker bounds of MachineDeployment %s/%s to min %d, max %d (were %s, %s)", ns, mdName, lo, hi, curMin, curMax)
+		upToDate = curMin == strconv.Itoa(lo) && curMax == strconv.Itoa(hi)
 	case o.Min != nil || o.Max != nil:
 		return fmt.Errorf("cluster %s: the workers are a fixed pool, not autoscaled; use --replicas, or give workers.min < workers.max in lab.yaml and run cluster create", name)
 	case o.Replicas == nil:
@@ -78,13 +81,15 @@ func Scale(ctx context.Context, o ScaleOptions) error {
 		return fmt.Errorf("cluster %s: --replicas %d must be 0 or more", name, *o.Replicas)
 	default:
 		_ = unstructured.SetNestedField(patch.Object, int64(*o.Replicas), "spec", "replicas")
-		change = fmt.Sprintf("set replicas of %s/%s to %d", ns, mdName, *o.Replicas)
+		cur, has, _ := unstructured.NestedInt64(md.Object, "spec", "replicas")
+		change = fmt.Sprintf("set replicas of MachineDeployment %s/%s to %d (was %d)", ns, mdName, *o.Replicas, cur)
+		upToDate = has && cur == int64(*o.Replicas)
 	}
 	run := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
 	return run.Run(ctx, []step.Step{{
 		Name: "scale cluster " + name,
-		Plan: func(ctx context.Context) ([]string, error) {
-			if subset(md.Object, patch.Object) {
+		Plan: func(context.Context) ([]string, error) {
+			if upToDate {
 				return nil, nil
 			}
 			return []string{change}, nil
@@ -92,7 +97,7 @@ func Scale(ctx context.Context, o ScaleOptions) error {
 		Apply: func(ctx context.Context) error {
 			// Its own field manager: applying only these fields as "labctl"
 			// would drop every other field create applied.
-			err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(patch), client.FieldOwner(ScaleFieldManager), client.ForceOwnership)
+			_, err := m.Apply(ctx, []*unstructured.Unstructured{patch}, kube.ApplyOptions{FieldManager: ScaleFieldManager})
 			if err != nil {
 				return fmt.Errorf("scaling MachineDeployment %s/%s: %w", ns, mdName, err)
 			}
@@ -116,19 +121,17 @@ type DeleteOptions struct {
 // until CAPI has removed its Machines and the Cluster itself. It asks
 // first unless Yes.
 func Delete(ctx context.Context, o DeleteOptions) error {
-	c, err := newClient(o.Mgmt)
+	m := o.Mgmt
+	ns, name := clusterapi.Namespace(o.Name), o.Name
+	clRef := kube.Ref{GVK: ClusterGVK, Namespace: ns, Name: name}
+	depRef := kube.Ref{GVK: kube.DeploymentGVK, Namespace: ns, Name: clusterapi.AutoscalerName}
+	_, found, err := m.Get(ctx, clRef)
 	if err != nil {
 		return err
 	}
-	ns, name := clusterapi.Namespace(o.Name), o.Name
-	cl := &unstructured.Unstructured{}
-	cl.SetGroupVersionKind(ClusterGVK)
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cl); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			fmt.Fprintf(o.IO.Err, "cluster %s does not exist in namespace %s; nothing to delete\n", name, ns)
-			return nil
-		}
-		return fmt.Errorf("reading Cluster %s/%s: %w", ns, name, err)
+	if !found {
+		fmt.Fprintf(o.IO.Err, "cluster %s does not exist in namespace %s; nothing to delete\n", name, ns)
+		return nil
 	}
 	if !o.Yes && !o.DryRun {
 		fmt.Fprintf(o.IO.Err, "Delete cluster %s and all its VMs? Type the cluster name to confirm: ", name)
@@ -137,58 +140,54 @@ func Delete(ctx context.Context, o DeleteOptions) error {
 			return ErrAborted
 		}
 	}
-	k := newKubeOps(c)
-	dep := &unstructured.Unstructured{}
-	dep.SetAPIVersion("apps/v1")
-	dep.SetKind("Deployment")
-	dep.SetNamespace(ns)
-	dep.SetName("cluster-autoscaler")
+	c, err := m.Ctrl()
+	if err != nil {
+		return err
+	}
+	del := func(ctx context.Context, ref kube.Ref) error {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(ref.GVK)
+		u.SetNamespace(ref.Namespace)
+		u.SetName(ref.Name)
+		if err := client.IgnoreNotFound(c.Delete(ctx, u, client.PropagationPolicy(metav1.DeletePropagationBackground))); err != nil {
+			return fmt.Errorf("deleting %s: %w", ref, err)
+		}
+		return nil
+	}
 	run := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
 	return run.Run(ctx, []step.Step{
 		{
 			// First, so it cannot scale the pool back up while it goes.
 			Name: "stop cluster-autoscaler",
 			Plan: func(ctx context.Context) ([]string, error) {
-				if err := c.Get(ctx, client.ObjectKeyFromObject(dep), dep.DeepCopy()); client.IgnoreNotFound(err) != nil || err != nil {
-					return nil, client.IgnoreNotFound(err)
+				_, found, err := m.Get(ctx, depRef)
+				if err != nil || !found {
+					return nil, err
 				}
-				return []string{"delete Deployment " + ns + "/cluster-autoscaler"}, nil
+				return []string{"delete " + depRef.String()}, nil
 			},
-			Apply: func(ctx context.Context) error {
-				return client.IgnoreNotFound(c.Delete(ctx, dep, client.PropagationPolicy("Background")))
-			},
+			Apply: func(ctx context.Context) error { return del(ctx, depRef) },
 		},
 		{
 			Name: "delete cluster " + name,
-			Plan: func(ctx context.Context) ([]string, error) {
-				return []string{"delete Cluster " + ns + "/" + name + " (CAPI deletes its machines and VMs)"}, nil
+			Plan: func(context.Context) ([]string, error) {
+				return []string{"delete " + clRef.String() + " (Cluster API deletes its machines and VMs)"}, nil
 			},
-			Apply: func(ctx context.Context) error {
-				if err := client.IgnoreNotFound(c.Delete(ctx, cl, client.PropagationPolicy("Background"))); err != nil {
-					return fmt.Errorf("deleting Cluster %s/%s: %w", ns, name, err)
-				}
-				return nil
-			},
+			Apply: func(ctx context.Context) error { return del(ctx, clRef) },
 		},
 		{
 			Name: "wait for the machines to go",
 			Apply: func(ctx context.Context) error {
-				return k.until(ctx, MachineGVK, ns, "", "Machines of cluster "+name+" deleted", o.timeout(),
+				return until(ctx, m, MachineGVK, ns, "", clusterapi.ClusterNameLabel+"="+name, "the Machines of cluster "+name, "deleted", o.timeout(),
 					func(objs map[string]*unstructured.Unstructured) (bool, string) {
-						n := 0
-						for _, m := range objs {
-							if m.GetLabels()[clusterapi.ClusterNameLabel] == name {
-								n++
-							}
-						}
-						return n == 0, fmt.Sprintf("%d machine(s) left", n)
+						return len(objs) == 0, fmt.Sprintf("%d machine(s) left", len(objs))
 					})
 			},
 		},
 		{
 			Name: "wait for the Cluster to go",
 			Apply: func(ctx context.Context) error {
-				return k.until(ctx, ClusterGVK, ns, name, "Cluster "+ns+"/"+name+" deleted", o.timeout(),
+				return until(ctx, m, ClusterGVK, ns, name, "", clRef.String(), "deleted", o.timeout(),
 					func(objs map[string]*unstructured.Unstructured) (bool, string) {
 						return len(objs) == 0, "still there"
 					})
@@ -212,22 +211,23 @@ type Summary struct {
 
 // List reads every Cluster in the management cluster.
 func List(ctx context.Context, o Options) ([]Summary, error) {
-	c, err := newClient(o.Mgmt)
+	served, err := o.Mgmt.Serves(ClusterGVK)
 	if err != nil {
 		return nil, err
 	}
-	cls := &unstructured.UnstructuredList{}
-	cls.SetGroupVersionKind(ClusterGVK.GroupVersion().WithKind("ClusterList"))
-	if err := c.List(ctx, cls); err != nil {
-		return nil, fmt.Errorf("listing Clusters on %s: %w", o.Mgmt.Host(), err)
+	if !served {
+		return nil, fmt.Errorf("%s serves no Cluster API Clusters (%s); run labctl mgmt install first", o.Mgmt.Host(), ClusterGVK.GroupVersion())
 	}
-	mds := &unstructured.UnstructuredList{}
-	mds.SetGroupVersionKind(MDGVK.GroupVersion().WithKind("MachineDeploymentList"))
-	if err := c.List(ctx, mds); err != nil {
-		return nil, fmt.Errorf("listing MachineDeployments on %s: %w", o.Mgmt.Host(), err)
+	cls, err := o.Mgmt.List(ctx, ClusterGVK, "", "")
+	if err != nil {
+		return nil, err
+	}
+	mds, err := o.Mgmt.List(ctx, MDGVK, "", "")
+	if err != nil {
+		return nil, err
 	}
 	out := []Summary{}
-	for _, cl := range cls.Items {
+	for _, cl := range cls {
 		s := Summary{Name: cl.GetName(), Namespace: cl.GetNamespace()}
 		s.Phase, _, _ = unstructured.NestedString(cl.Object, "status", "phase")
 		if s.Phase == "" {
@@ -241,7 +241,7 @@ func List(ctx context.Context, o Options) ([]Summary, error) {
 		if ok, _, _ := unstructured.NestedBool(cl.Object, "status", "initialization", "controlPlaneInitialized"); ok {
 			s.ControlPlane = "initialized"
 		}
-		for _, md := range mds.Items {
+		for _, md := range mds {
 			if md.GetNamespace() != cl.GetNamespace() || md.GetLabels()[clusterapi.ClusterNameLabel] != cl.GetName() {
 				continue
 			}
@@ -280,11 +280,7 @@ func (o Options) ListText(w io.Writer, list []Summary) error {
 // Kubeconfig returns the cluster's admin kubeconfig from the management
 // cluster. Callers print it only when asked, or write it with mode 0600.
 func Kubeconfig(ctx context.Context, o Options) ([]byte, error) {
-	c, err := newClient(o.Mgmt)
-	if err != nil {
-		return nil, err
-	}
-	return readKubeconfig(ctx, c, clusterapi.Namespace(o.Name), o.Name)
+	return readKubeconfig(ctx, o.Mgmt, clusterapi.Namespace(o.Name), o.Name)
 }
 
 // WriteKubeconfig writes data to path with mode 0600.
@@ -308,7 +304,7 @@ func PrintObjects(o *ui.IO, lab *config.Lab, name, format string) error {
 	for _, obj := range objs {
 		data, err := yaml.Marshal(obj.Object)
 		if err != nil {
-			return fmt.Errorf("writing %s: %w", ref(obj), err)
+			return fmt.Errorf("writing %s: %w", kube.RefOf(obj), err)
 		}
 		if _, err := fmt.Fprintf(o.Out, "---\n%s", data); err != nil {
 			return err

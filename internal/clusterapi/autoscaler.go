@@ -17,9 +17,12 @@ const (
 	autoscalerManifest = "manifests/cluster-autoscaler/cluster.yaml"
 	autoscalerImage    = "registry.k8s.io/autoscaling/cluster-autoscaler"
 	// SharedClusterRole is the ClusterRole 'mgmt install' creates for every
-	// cluster's autoscaler: MachineDeployments and their scale, MachineSets,
+	// cluster's autoscaler (embedded/manifests/mgmt/cluster-autoscaler-rbac.yaml): MachineDeployments and their scale, MachineSets,
 	// Machines, MachinePools, and the machine templates for scale from zero.
-	SharedClusterRole = "labctl-cluster-autoscaler"
+	SharedClusterRole = "labctl-cluster-autoscaler-management"
+	// AutoscalerName names the per-cluster autoscaler's Deployment and
+	// ServiceAccount in the cluster's namespace.
+	AutoscalerName = "cluster-autoscaler"
 	// StartupTaint is Cilium's taint until its agent runs on a node; the
 	// autoscaler must not count it against a new node.
 	StartupTaint = "node.cilium.io/agent-not-ready"
@@ -72,7 +75,7 @@ func (r *renderer) autoscaler() error {
 		"Cluster":            r.c.Name,
 		"Labels":             string(labels),
 		"ClusterRole":        SharedClusterRole,
-		"ClusterRoleBinding": SharedClusterRole + "-" + r.ns,
+		"ClusterRoleBinding": "labctl-cluster-autoscaler-" + r.ns,
 		"Image":              autoscalerImage + ":" + r.in.Pins.ClusterAutoscaler,
 		"Args":               r.autoscalerArgs(),
 		"KubeconfigSecret":   KubeconfigSecret(r.c.Name),

@@ -146,6 +146,8 @@ type Stack struct {
 type ChartRepos struct {
 	CertManager        string `yaml:"certManager,omitempty" json:"certManager,omitempty"`
 	ClusterAPIOperator string `yaml:"clusterAPIOperator,omitempty" json:"clusterAPIOperator,omitempty"`
+	// Cilium is where 'cluster create' fetches the Cilium chart from.
+	Cilium string `yaml:"cilium,omitempty" json:"cilium,omitempty"`
 }
 
 // OptionalProvider switches on a Cluster API provider that not every lab

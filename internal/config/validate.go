@@ -415,6 +415,7 @@ func (v *validator) management(p *field.Path) {
 func (v *validator) stack(p *field.Path, s Stack) {
 	for _, r := range []struct{ name, url string }{
 		{"certManager", s.ChartRepos.CertManager}, {"clusterAPIOperator", s.ChartRepos.ClusterAPIOperator},
+		{"cilium", s.ChartRepos.Cilium},
 	} {
 		if u, err := url.Parse(r.url); r.url != "" && (err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "") {
 			v.add(p.Child("chartRepos", r.name), "%q must be the http(s) URL of a Helm chart repository (the folder holding index.yaml)", r.url)
