@@ -2,11 +2,11 @@ package cluster_test
 
 import (
 	"bytes"
-	"encoding/json"
-	"reflect"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -508,7 +508,6 @@ func mustJSONRoundTrip(t *testing.T, v map[string]any) map[string]any {
 	}
 	return out
 }
-
 
 func cond(typ, status, reason, msg string) map[string]any {
 	return map[string]any{"type": typ, "status": status, "reason": reason, "message": msg, "lastTransitionTime": "2026-01-01T00:00:00Z"}
