@@ -115,7 +115,6 @@ comes from, never the value.`,
 	_ = installCmd.MarkFlagDirname("offline-dir")
 	_ = installCmd.MarkFlagDirname("emit-k3s-manifests")
 
-	var statusOffline string
 	statusCmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show each management component: wanted and installed version, readiness",
@@ -135,7 +134,7 @@ Exits 0 when every component is ready, 1 when one is not.`,
 			}
 			_, err := mgmt.Status(cmd.Context(), mgmt.StatusOptions{
 				IO: g.IO, Config: g.configRequest(), Kubeconfig: g.Kubeconfig,
-				Output: statusOut, OfflineDir: statusOffline, Verbose: g.Verbose,
+				Output: statusOut, Verbose: g.Verbose,
 			})
 			if errors.Is(err, mgmt.ErrNotReady) {
 				return codeError{exitError}
@@ -144,7 +143,6 @@ Exits 0 when every component is ready, 1 when one is not.`,
 		},
 	}
 	addOutputFlag(statusCmd, &statusOut)
-	statusCmd.Flags().StringVar(&statusOffline, "offline-dir", "", "the folder an air-gapped install used (also management.stack.offlineDir)")
 	kubeconfigCmd := &cobra.Command{
 		Use:   "kubeconfig",
 		Short: "Print the management cluster's kubeconfig, or write it to a file",

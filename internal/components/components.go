@@ -92,6 +92,9 @@ type Options struct {
 	// OfflineDir, when set, is where charts and provider components come
 	// from (air-gapped). It overrides the lab's stack.offlineDir.
 	OfflineDir string
+	// IgnoreOffline builds the online stack even where an offline folder
+	// is configured: for reading the stack back, which needs no files.
+	IgnoreOffline bool
 	// ReadSecret reads a secret the lab names. Nil leaves out the objects
 	// that need one (for status and emitted manifests, which need no
 	// secret).
@@ -125,6 +128,9 @@ func Build(lab *config.Lab, pins versions.Pins, o Options) ([]Component, error) 
 	offline := o.OfflineDir
 	if offline == "" {
 		offline = st.OfflineDir
+	}
+	if o.IgnoreOffline {
+		offline = ""
 	}
 	if offline != "" {
 		abs, err := config.ExpandHome(offline)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -128,6 +129,9 @@ func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
 	}
 	if o.Charts == "" {
 		o.Charts = Auto
+	}
+	if !slices.Contains(ChartModes, o.Charts) {
+		return nil, fmt.Errorf("--charts %q: must be one of auto, helm-controller, helm-sdk", o.Charts)
 	}
 	if o.Output != "" && o.Output != "text" && !o.DryRun {
 		return nil, fmt.Errorf("-o %s prints the objects of a dry run; add --dry-run", o.Output)

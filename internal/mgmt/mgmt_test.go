@@ -512,8 +512,19 @@ func TestEmitK3sManifests(t *testing.T) {
 
 // An air-gapped install: charts from .tgz files, providers from ConfigMaps
 // the operator finds through spec.fetchConfig.selector.
+// Both ways charts go in: the Helm SDK reads the .tgz, and a HelmChart
+// carries it in spec.chartContent to helm-controller.
 func TestOfflineInstall(t *testing.T) {
-	b := newBed(t, "capi")
+	t.Run("helm-sdk", func(t *testing.T) { offlineInstall(t, mgmt.HelmSDK) })
+	t.Run("helm-controller", func(t *testing.T) { offlineInstall(t, mgmt.HelmController) })
+}
+
+func offlineInstall(t *testing.T, mode mgmt.ChartMode) {
+	sets := []string{"capi"}
+	if mode == mgmt.HelmController {
+		sets = append(sets, "operator", "helm-controller")
+	}
+	b := newBed(t, sets...)
 	lab := ownerLab(t, "http://127.0.0.1:1/no-network-here")
 	dir := t.TempDir()
 	standin.Pinned(t, dir)
@@ -540,13 +551,23 @@ func TestOfflineInstall(t *testing.T) {
 	}
 	standin.PlayDeployments(t, b.env.Config, 0)
 	standin.PlayOperator(t, b.env.Config, 0)
+	if mode == mgmt.HelmController {
+		standin.PlayHelmController(t, b.env.Config)
+	}
 
-	o, err := install(t, b, lab, func(o *mgmt.InstallOptions) { o.OfflineDir = dir })
+	o, err := install(t, b, lab, func(o *mgmt.InstallOptions) { o.OfflineDir = dir; o.Charts = mode })
 	if err != nil {
 		t.Fatalf("install: %v\n%s", err, o.stderr.String())
 	}
 	checkSteps(t, o.stderr.String(), "")
 	checkProviders(t, b)
+	if mode == mgmt.HelmController {
+		hc := get(t, b, schema.GroupVersionKind{Group: "helm.cattle.io", Version: "v1", Kind: "HelmChart"}, "kube-system", "cert-manager")
+		data, _ := os.ReadFile(filepath.Join(dir, "cert-manager-v1.21.2.tgz"))
+		if str(hc, "spec", "chartContent") != base64.StdEncoding.EncodeToString(data) || str(hc, "spec", "repo") != "" {
+			t.Errorf("offline HelmChart spec: repo %q, chartContent of %d bytes", str(hc, "spec", "repo"), len(str(hc, "spec", "chartContent")))
+		}
+	}
 
 	// Find each provider's components as the operator does: by its selector,
 	// in its namespace, the version from the label.
@@ -577,7 +598,7 @@ func TestOfflineInstall(t *testing.T) {
 	}
 
 	again := bedFor(b.env)
-	if o, err := install(t, again, lab, func(o *mgmt.InstallOptions) { o.OfflineDir = dir }); err != nil {
+	if o, err := install(t, again, lab, func(o *mgmt.InstallOptions) { o.OfflineDir = dir; o.Charts = mode }); err != nil {
 		t.Fatalf("re-run: %v\n%s", err, o.stderr.String())
 	}
 	if n := again.writes.Load(); n != 0 {

@@ -25,7 +25,6 @@ type StatusOptions struct {
 	Client     *kube.Client
 	Kubeconfig string
 	Output     string // text, json or yaml
-	OfflineDir string
 	Verbose    int
 }
 
@@ -51,7 +50,7 @@ func Status(ctx context.Context, o StatusOptions) (*Report, error) {
 		return nil, err
 	}
 	o.Lab = lab
-	comps, err := components.Build(o.Lab, versions.MustGet(), components.Options{OfflineDir: o.OfflineDir})
+	comps, err := components.Build(o.Lab, versions.MustGet(), components.Options{IgnoreOffline: true})
 	if err != nil {
 		return nil, err
 	}
