@@ -73,7 +73,6 @@ func TestUnbuiltCommandsExit2(t *testing.T) {
 	for _, args := range [][]string{
 		{"mgmt", "up"}, {"mgmt", "kubeconfig"}, {"mgmt", "down"},
 		{"image", "build"}, {"image", "list"},
-		{"cluster", "describe", "lab1"},
 		{"scale-test", "lab1"},
 	} {
 		code, out, errOut := run(t, "", args...)
