@@ -269,3 +269,41 @@ func TestClusterCreateDryRunPrintsObjects(t *testing.T) {
 		t.Errorf("unknown cluster: exit %d, %s", code, errOut)
 	}
 }
+
+func TestMgmtInstallFlagErrorsAreUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mgmt", "install", "--charts", "flux"}, `--charts "flux": must be one of auto, helm-controller, helm-sdk`},
+		{[]string{"mgmt", "install", "--timeout", "0s"}, "--timeout 0s: must be more than 0"},
+		{[]string{"mgmt", "install", "-o", "toml"}, `--output "toml": must be one of text, json, yaml`},
+		{[]string{"mgmt", "status", "-o", "toml"}, `--output "toml": must be one of text, json, yaml`},
+	} {
+		code, _, errOut := run(t, "", tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "--help' for usage") {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, errOut, exitUsage, tc.want)
+		}
+	}
+}
+
+func TestMgmtHelpTeaches(t *testing.T) {
+	code, out, _ := run(t, "", "mgmt", "install", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{
+		"labctl mgmt install --kubeconfig ~/.kube/other --dry-run -o yaml",
+		"labctl mgmt install --emit-k3s-manifests ./k3s-manifests",
+		"--offline-dir", "--charts", "--timeout", "--wait",
+		"field manager \"labctl\"",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mgmt install --help lacks %q", want)
+		}
+	}
+	code, out, _ = run(t, "", "mgmt", "status", "--help")
+	if code != 0 || !strings.Contains(out, "labctl mgmt status --kubeconfig ~/.kube/other -o json") || !strings.Contains(out, "Exits 0 when every component is ready, 1 when one is not") {
+		t.Errorf("mgmt status --help:\n%s", out)
+	}
+}

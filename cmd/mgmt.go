@@ -2,6 +2,8 @@ package cmd
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -93,6 +95,12 @@ comes from, never the value.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(inst.Output); err != nil {
 				return err
+			}
+			if !slices.Contains(mgmt.ChartModes, mgmt.ChartMode(inst.Charts)) {
+				return usageError{fmt.Errorf("--charts %q: must be one of auto, helm-controller, helm-sdk", inst.Charts)}
+			}
+			if inst.Timeout <= 0 {
+				return usageError{fmt.Errorf("--timeout %s: must be more than 0, e.g. 10m", inst.Timeout)}
 			}
 			return mgmt.Install(cmd.Context(), mgmt.InstallOptions{
 				IO: g.IO, Config: g.configRequest(), Kubeconfig: g.Kubeconfig, Verbose: g.Verbose,

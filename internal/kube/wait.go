@@ -165,7 +165,13 @@ func (c *Client) WaitFor(ctx context.Context, gvk schema.GroupVersionKind, names
 	for i, n := range names {
 		refs[i] = Ref{GVK: gvk, Namespace: namespace, Name: n}.String()
 	}
-	what := strings.Join(refs, ", ")
+	what := refs[0]
+	if len(names) > 1 {
+		what = fmt.Sprintf("%d %ss", len(names), gvk.Kind)
+		if namespace != "" {
+			what += " in " + namespace
+		}
+	}
 	pending := refs[0]
 	err := c.Until(ctx, w, what, cond.Name, timeout, func(objs map[string]*unstructured.Unstructured) (bool, string) {
 		for i, n := range names {

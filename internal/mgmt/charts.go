@@ -13,6 +13,7 @@ import (
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/helm"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/step"
 )
 
 var secretGVK = schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
@@ -64,8 +65,12 @@ func (in *installer) applyChart(ctx context.Context, c *components.Component) er
 				return err
 			}
 		}
-	} else if _, err := in.hc.Ensure(ctx, ch.Release, in.o.Timeout); err != nil {
-		return err
+	} else {
+		r := ch.Release
+		step.Progress(ctx, "Helm: installing or upgrading release %s/%s (chart %s)", r.Namespace, r.Name, r.Chart)
+		if _, err := in.hc.Ensure(ctx, r, in.o.Timeout); err != nil {
+			return err
+		}
 	}
 	if in.o.NoWait {
 		return nil
