@@ -153,11 +153,14 @@ Cluster API has removed its machines. Asks first unless --yes.`,
 	var describeOut string
 	describeCmd := &cobra.Command{
 		Use:   "describe NAME",
-		Short: "Show a cluster's control plane, machines and autoscaler",
-		Long: `Show the Cluster's phase and conditions, its KubeadmControlPlane (version,
-replicas ready), each worker MachineDeployment (autoscaler bounds, replicas,
-ready), every Machine with its node, and the cluster-autoscaler Deployment,
-as a tree or as json/yaml. It reads only; no secret is printed.`,
+		Short: "Show a cluster's object tree and conditions, like clusterctl describe",
+		Long: `Show the Cluster as clusterctl describe cluster does, with clusterctl's own
+object tree: the Cluster, its infrastructure, the control plane and its
+Machines, the worker MachineDeployments and their Machines, each with its
+Ready (or Available) condition: status, reason, since and message. labctl
+adds the cluster-autoscaler Deployment and a DETAILS column (replicas,
+autoscaler bounds, machine phase and node). -o json|yaml prints the same
+tree. It reads only; no secret is printed.`,
 		Example: "  labctl cluster describe lab1\n  labctl cluster describe lab1 -o json",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -172,7 +175,7 @@ as a tree or as json/yaml. It reads only; no secret is printed.`,
 			if err != nil {
 				return err
 			}
-			return g.IO.Print(describeOut, d, func(w io.Writer) error { return cluster.DescribeText(w, d) })
+			return g.IO.Print(describeOut, d, func(w io.Writer) error { return cluster.DescribeText(g.IO, w, d) })
 		},
 	}
 	addOutputFlag(describeCmd, &describeOut)

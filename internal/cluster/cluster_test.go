@@ -329,45 +329,115 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 			map[string]any{"replicas": int64(2), "readyReplicas": int64(1)})
 		setStatus(t, mc, get(t, mc, "apps/v1", "Deployment", "lab1", "cluster-autoscaler"),
 			map[string]any{"replicas": int64(1), "readyReplicas": int64(1), "conditions": []any{map[string]any{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "Deployment has minimum availability."}}})
-		newMachine(t, mc, "lab1-control-plane-abcde", map[string]string{"cluster.x-k8s.io/control-plane": ""}, "Running", "lab1-control-plane-abcde")
-		newMachine(t, mc, "lab1-workers-x1", map[string]string{"cluster.x-k8s.io/deployment-name": "lab1-workers"}, "Running", "lab1-workers-x1")
-		newMachine(t, mc, "lab1-workers-x2", map[string]string{"cluster.x-k8s.io/deployment-name": "lab1-workers"}, "Provisioning", "")
+		// A CAPI install labels its CRDs and every provider's with the
+		// contract versions they serve; clusterctl's discovery follows
+		// references through those labels. The pinned CRDs are the bare
+		// generated files, so the stand-in labels them as the release
+		// manifests do.
+		for crd, v := range map[string]string{"kubeadmcontrolplanes.controlplane.cluster.x-k8s.io": "v1beta2",
+			"kubeadmconfigs.bootstrap.cluster.x-k8s.io": "v1beta2", "proxmoxclusters.infrastructure.cluster.x-k8s.io": "v1alpha2",
+			"proxmoxmachines.infrastructure.cluster.x-k8s.io": "v1alpha2"} {
+			contract := "cluster.x-k8s.io/v1beta2"
+			if v == "v1alpha2" {
+				contract = "cluster.x-k8s.io/v1beta1" // CAPMOX v0.9.0 implements the v1beta1 contract
+			}
+			o := get(t, mc, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
+			l := o.GetLabels()
+			if l == nil {
+				l = map[string]string{}
+			}
+			l[contract] = v
+			o.SetLabels(l)
+			if err := mc.Update(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kcp := get(t, mc, "controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", "lab1", kcpName)
+		md := get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers")
+		ms := newMachineSet(t, mc, md)
+		newMachine(t, mc, "lab1-control-plane-abcde", map[string]string{"cluster.x-k8s.io/control-plane": ""}, kcp, "Running", "lab1-control-plane-abcde",
+			cond("Ready", "True", "Ready", ""))
+		newMachine(t, mc, "lab1-workers-x1", map[string]string{"cluster.x-k8s.io/deployment-name": "lab1-workers"}, ms, "Running", "lab1-workers-x1",
+			cond("Ready", "True", "Ready", ""))
+		newMachine(t, mc, "lab1-workers-x2", map[string]string{"cluster.x-k8s.io/deployment-name": "lab1-workers"}, ms, "Provisioning", "",
+			cond("Ready", "False", "NotReady", "* InfrastructureReady: ProxmoxMachine is cloning the template\n* NodeHealthy: Waiting for a Node"))
 
 		d, err := cluster.Describe(ctx, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Phase != "Provisioned" || d.Endpoint != lab.Clusters[0].ControlPlane.Endpoint+":6443" || len(d.Conditions) != 1 || d.Conditions[0].Status != "False" {
-			t.Errorf("cluster = %s %s %+v", d.Phase, d.Endpoint, d.Conditions)
+		if d.Phase != "Provisioned" || d.Endpoint != lab.Clusters[0].ControlPlane.Endpoint+":6443" {
+			t.Errorf("cluster = %s %s", d.Phase, d.Endpoint)
 		}
-		if cp := d.ControlPlane; cp == nil || cp.Name != kcpName || cp.Version != "v1.35.4" || cp.Desired != 1 || cp.Ready != 1 || !cp.Initialized {
-			t.Errorf("control plane = %+v", d.ControlPlane)
+		root := d.Tree
+		if root == nil || root.Kind != "Cluster" || root.Name != "lab1" || root.Ready != "False" || root.Condition != "Available" || root.Reason != "NotAvailable" {
+			t.Fatalf("root = %+v", root)
 		}
-		if len(d.Workers) != 1 || *d.Workers[0].Min != 1 || *d.Workers[0].Max != 7 || *d.Workers[0].Desired != 3 || d.Workers[0].Replicas != 2 || d.Workers[0].Ready != 1 {
-			t.Errorf("workers = %+v", d.Workers)
+		if n := root.Find("ProxmoxCluster", "lab1"); n == nil || n.Role != "ClusterInfrastructure" {
+			t.Errorf("cluster infrastructure = %+v", n)
 		}
-		wantM := []cluster.Machine{{Name: "lab1-control-plane-abcde", Role: "control-plane", Phase: "Running", Node: "lab1-control-plane-abcde", Version: "v1.35.4"},
-			{Name: "lab1-workers-x1", Role: "lab1-workers", Phase: "Running", Node: "lab1-workers-x1", Version: "v1.35.4"},
-			{Name: "lab1-workers-x2", Role: "lab1-workers", Phase: "Provisioning", Version: "v1.35.4"}}
-		if !reflect.DeepEqual(d.Machines, wantM) {
-			t.Errorf("machines = %+v\nwant %+v", d.Machines, wantM)
+		cp := root.Find("KubeadmControlPlane", kcpName)
+		if cp == nil || cp.Role != "ControlPlane" || cp.Ready != "True" || cp.Details != "1/1 ready, 1 up to date, v1.35.4" {
+			t.Fatalf("control plane = %+v", cp)
 		}
-		if a := d.Autoscaler; a == nil || a.Ready != 1 || a.Available != "True" || !strings.HasPrefix(a.Image, "registry.k8s.io/autoscaling/cluster-autoscaler:") {
-			t.Errorf("autoscaler = %+v", d.Autoscaler)
+		if len(cp.Children) != 1 || cp.Children[0].Kind != "Machine" || cp.Children[0].Name != "lab1-control-plane-abcde" || cp.Children[0].Ready != "True" {
+			t.Errorf("control plane machines = %+v", cp.Children)
+		}
+		workers := root.Find("Workers", "")
+		if workers == nil || len(workers.Children) != 1 {
+			t.Fatalf("workers = %+v", workers)
+		}
+		mdn := workers.Children[0]
+		if mdn.Kind != "MachineDeployment" || mdn.Name != "lab1-workers" || mdn.Details != "1/2 ready, desired 3, autoscaled 1-7" {
+			t.Errorf("machine deployment = %+v", mdn)
+		}
+		var got []string
+		for _, m := range mdn.Children {
+			got = append(got, m.Name+" "+m.Ready+" "+m.Reason+" "+m.Details)
+		}
+		want := []string{"lab1-workers-x1 True Ready Running, node lab1-workers-x1, v1.35.4", "lab1-workers-x2 False NotReady Provisioning, no node yet, v1.35.4"}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("worker machines = %q\nwant %q", got, want)
+		}
+		if a := root.Find("Deployment", "cluster-autoscaler"); a == nil || a.Role != "Autoscaler" || a.Ready != "True" || !strings.Contains(a.Details, "1/1 ready, registry.k8s.io/autoscaling/cluster-autoscaler:") {
+			t.Errorf("autoscaler = %+v", a)
 		}
 		var text bytes.Buffer
-		if err := cluster.DescribeText(&text, d); err != nil {
+		if err := cluster.DescribeText(opts.IO, &text, d); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("describe:\n%s", text.String())
-		for _, want := range []string{"Cluster lab1/lab1  Provisioned", "Available=False (NotAvailable)", "ControlPlane KubeadmControlPlane/" + kcpName + "  v1.35.4  1/1 ready",
-			"Workers MachineDeployment/lab1-workers  autoscaled 1-7  desired 3, 2 replicas, 1 ready", "Machine/lab1-workers-x2  Provisioning  no node yet",
-			"Autoscaler Deployment/cluster-autoscaler  1/1 ready, Available=True"} {
+		for _, want := range []string{"Cluster lab1/lab1  Provisioned  endpoint " + lab.Clusters[0].ControlPlane.Endpoint + ":6443\n\nNAME ",
+			"\n├─ControlPlane - KubeadmControlPlane/" + kcpName + " ", "\n│   └─Machine/lab1-workers-x2 "} {
 			if !strings.Contains(text.String(), want) {
 				t.Errorf("describe text lacks %q", want)
 			}
 		}
+		// The rows as a user reads them, an hour after the stand-in
+		// conditions changed.
+		now, _ := time.Parse(time.RFC3339, "2026-01-01T01:00:00Z")
+		wantRows := [][]string{
+			{"Cluster/lab1", "False", "NotAvailable", "60m", "Provisioned", "* WorkersAvailable: 1 of 2 workers ready"},
+			{"├─ClusterInfrastructure - ProxmoxCluster/lab1", "", "", "", "", ""},
+			{"├─ControlPlane - KubeadmControlPlane/" + kcpName, "True", "Available", "60m", "1/1 ready, 1 up to date, v1.35.4", ""},
+			{"│ └─Machine/lab1-control-plane-abcde", "True", "Ready", "60m", "Running, node lab1-control-plane-abcde, v1.35.4", ""},
+			{"├─Workers", "", "", "", "", ""},
+			{"│ └─MachineDeployment/lab1-workers", "", "", "", "1/2 ready, desired 3, autoscaled 1-7", ""},
+			{"│   ├─Machine/lab1-workers-x1", "True", "Ready", "60m", "Running, node lab1-workers-x1, v1.35.4", ""},
+			{"│   └─Machine/lab1-workers-x2", "False", "NotReady", "60m", "Provisioning, no node yet, v1.35.4", "* InfrastructureReady: ProxmoxMachine is cloning the template"},
+			{"│", "", "", "", "", "* NodeHealthy: Waiting for a Node"},
+			{"└─Autoscaler - Deployment/cluster-autoscaler", "True", "MinimumReplicasAvailable", "", "1/1 ready, " + d.Tree.Find("Deployment", "cluster-autoscaler").Details[len("1/1 ready, "):], "Deployment has minimum availability."},
+		}
+		if rows := cluster.DescribeRows(d, now); !reflect.DeepEqual(rows, wantRows) {
+			t.Errorf("describe rows:\n%q\nwant\n%q", rows, wantRows)
+		}
 		js, _ := json.Marshal(d)
+		for _, want := range []string{`"tree":{"kind":"Cluster","name":"lab1","ready":"False","condition":"Available","reason":"NotAvailable"`,
+			`{"kind":"Workers","children":[{"kind":"MachineDeployment","name":"lab1-workers","details":"1/2 ready, desired 3, autoscaled 1-7"`} {
+			if !strings.Contains(string(js), want) {
+				t.Errorf("describe json lacks %s:\n%s", want, js)
+			}
+		}
 		assertNoSecret(t, wkc, text.String()+string(js))
 	})
 
@@ -522,8 +592,9 @@ func setStatus(t *testing.T, c client.Client, obj *unstructured.Unstructured, st
 	}
 }
 
-// newMachine creates a stand-in Machine of lab1 with phase and node.
-func newMachine(t *testing.T, c client.Client, name string, labels map[string]string, phase, node string) {
+// newMachine creates a stand-in Machine of lab1 with phase, node and
+// conditions, controlled by owner as CAPI's controllers create it.
+func newMachine(t *testing.T, c client.Client, name string, labels map[string]string, owner *unstructured.Unstructured, phase, node string, conds ...any) {
 	t.Helper()
 	m := &unstructured.Unstructured{}
 	m.SetGroupVersionKind(cluster.MachineGVK)
@@ -531,6 +602,7 @@ func newMachine(t *testing.T, c client.Client, name string, labels map[string]st
 	m.SetName(name)
 	labels[clusterapi.ClusterNameLabel] = "lab1"
 	m.SetLabels(labels)
+	m.SetOwnerReferences([]metav1.OwnerReference{controllerRef(owner)})
 	_ = unstructured.SetNestedField(m.Object, "lab1", "spec", "clusterName")
 	_ = unstructured.SetNestedField(m.Object, "v1.35.4", "spec", "version")
 	_ = unstructured.SetNestedMap(m.Object, map[string]any{"configRef": map[string]any{"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": name}}, "spec", "bootstrap")
@@ -538,9 +610,33 @@ func newMachine(t *testing.T, c client.Client, name string, labels map[string]st
 	if err := c.Create(context.Background(), m); err != nil {
 		t.Fatalf("stand-in machine: %v", err)
 	}
-	st := map[string]any{"phase": phase}
+	st := map[string]any{"phase": phase, "conditions": conds}
 	if node != "" {
 		st["nodeRef"] = map[string]any{"name": node}
 	}
 	setStatus(t, c, m, st)
+}
+
+func controllerRef(owner *unstructured.Unstructured) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: owner.GetAPIVersion(), Kind: owner.GetKind(), Name: owner.GetName(), UID: owner.GetUID(),
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+}
+
+// newMachineSet creates the stand-in MachineSet CAPI's MachineDeployment
+// controller makes for md.
+func newMachineSet(t *testing.T, c client.Client, md *unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	ms := &unstructured.Unstructured{}
+	ms.SetAPIVersion("cluster.x-k8s.io/v1beta2")
+	ms.SetKind("MachineSet")
+	ms.SetNamespace("lab1")
+	ms.SetName(md.GetName() + "-abc12")
+	ms.SetLabels(map[string]string{clusterapi.ClusterNameLabel: "lab1", "cluster.x-k8s.io/deployment-name": md.GetName()})
+	ms.SetOwnerReferences([]metav1.OwnerReference{controllerRef(md)})
+	spec, _, _ := unstructured.NestedMap(md.Object, "spec")
+	ms.Object["spec"] = map[string]any{"clusterName": spec["clusterName"], "replicas": int64(2), "selector": spec["selector"], "template": spec["template"]}
+	if err := c.Create(context.Background(), ms); err != nil {
+		t.Fatalf("stand-in machine set: %v", err)
+	}
+	return ms
 }

@@ -6,30 +6,57 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/duration"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/tree"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/ui"
 )
 
 // KCPGVK is the kubeadm control plane kind.
 var KCPGVK = schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmControlPlane"}
 
-// Description is what 'cluster describe' shows: the Cluster, its control
-// plane, worker pools, machines and autoscaler, as the management cluster
-// reports them.
+// Description is what 'cluster describe' shows: clusterctl's object tree of
+// the Cluster (infrastructure, control plane, workers, machines, each with
+// its conditions), plus labctl's cluster-autoscaler Deployment.
 type Description struct {
-	Name         string         `json:"name"`
-	Namespace    string         `json:"namespace"`
-	Phase        string         `json:"phase"`
-	Endpoint     string         `json:"endpoint,omitempty"`
-	Conditions   []Condition    `json:"conditions,omitempty"`
-	ControlPlane *ControlPlane  `json:"controlPlane,omitempty"`
-	Workers      []WorkerPool   `json:"workers"`
-	Machines     []Machine      `json:"machines"`
-	Autoscaler   *AutoscalerRun `json:"autoscaler,omitempty"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Phase     string `json:"phase"`
+	Endpoint  string `json:"endpoint,omitempty"`
+	// Tree is the Cluster and what hangs off it, as clusterctl describe
+	// discovers it.
+	Tree *Node `json:"tree"`
+}
+
+// Node is one object of the tree.
+type Node struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// Role is what the object is to its parent, as clusterctl names it:
+	// ClusterInfrastructure, ControlPlane, MachineInfrastructure,
+	// BootstrapConfig, or labctl's Autoscaler. Empty for the rest.
+	Role string `json:"role,omitempty"`
+	// Ready is the status of the object's Ready condition (Available where
+	// it has no Ready): True, False or Unknown; empty without either.
+	Ready     string     `json:"ready,omitempty"`
+	Condition string     `json:"condition,omitempty"` // Ready or Available: the condition Ready, Reason and Message come from
+	Reason    string     `json:"reason,omitempty"`
+	Message   string     `json:"message,omitempty"`
+	Since     *time.Time `json:"since,omitempty"` // that condition's last transition
+	// Details are labctl's extras: replicas, autoscaler bounds, phase, node.
+	Details    string      `json:"details,omitempty"`
+	Conditions []Condition `json:"conditions,omitempty"`
+	Children   []*Node     `json:"children,omitempty"`
 }
 
 // Condition is one status condition.
@@ -40,50 +67,41 @@ type Condition struct {
 	Message string `json:"message,omitempty"`
 }
 
-// ControlPlane is the KubeadmControlPlane's state.
-type ControlPlane struct {
-	Name        string      `json:"name"`
-	Version     string      `json:"version"`
-	Desired     int64       `json:"desired"`
-	Replicas    int64       `json:"replicas"`
-	Ready       int64       `json:"ready"`
-	UpToDate    int64       `json:"upToDate"`
-	Initialized bool        `json:"initialized"`
-	Conditions  []Condition `json:"conditions,omitempty"`
+// Find returns the first node, depth first, of kind and name; nil if none.
+func (n *Node) Find(kind, name string) *Node {
+	if n == nil {
+		return nil
+	}
+	if n.Kind == kind && n.Name == name {
+		return n
+	}
+	for _, c := range n.Children {
+		if f := c.Find(kind, name); f != nil {
+			return f
+		}
+	}
+	return nil
 }
 
-// WorkerPool is one MachineDeployment.
-type WorkerPool struct {
-	Name string `json:"name"`
-	// Min and Max are the autoscaler's bounds; nil for a fixed pool.
-	Min *int `json:"min,omitempty"`
-	Max *int `json:"max,omitempty"`
-	// Desired is spec.replicas, as the autoscaler (or a fixed pool) set it.
-	Desired  *int64 `json:"desired,omitempty"`
-	Replicas int64  `json:"replicas"`
-	Ready    int64  `json:"ready"`
-	Template string `json:"template,omitempty"`
+// describeClient is a controller-runtime client whose scheme holds what
+// clusterctl's discovery reads as typed objects: the CAPI v1beta2 core types
+// and CRD metadata (for the contract version labels).
+func describeClient(m *kube.Client) (client.Client, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clusterv1.AddToScheme, apiextensionsv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, fmt.Errorf("building the API scheme: %w", err)
+		}
+	}
+	c, err := client.New(m.RESTConfig(), client.Options{Scheme: s})
+	if err != nil {
+		return nil, fmt.Errorf("creating a client for %s: %w", m.Host(), err)
+	}
+	return c, nil
 }
 
-// Machine is one Machine and the node it became.
-type Machine struct {
-	Name    string `json:"name"`
-	Role    string `json:"role"` // "control-plane" or the pool's name
-	Phase   string `json:"phase"`
-	Node    string `json:"node,omitempty"`
-	Version string `json:"version,omitempty"`
-}
-
-// AutoscalerRun is the cluster's cluster-autoscaler Deployment.
-type AutoscalerRun struct {
-	Image     string `json:"image,omitempty"`
-	Replicas  int64  `json:"replicas"`
-	Ready     int64  `json:"ready"`
-	Available string `json:"available"` // the Available condition: True, False or Unknown
-	Message   string `json:"message,omitempty"`
-}
-
-// Describe reads the cluster's objects from the management cluster.
+// Describe reads the cluster's object tree from the management cluster with
+// clusterctl's discovery, then adds the autoscaler.
 func Describe(ctx context.Context, o Options) (*Description, error) {
 	m := o.Mgmt
 	ns, name := clusterapi.Namespace(o.Name), o.Name
@@ -94,7 +112,7 @@ func Describe(ctx context.Context, o Options) (*Description, error) {
 	if !found {
 		return nil, fmt.Errorf("cluster %s does not exist in namespace %s of %s; see labctl cluster list", name, ns, m.Host())
 	}
-	d := &Description{Name: name, Namespace: ns, Workers: []WorkerPool{}, Machines: []Machine{}}
+	d := &Description{Name: name, Namespace: ns}
 	d.Phase = str(cl, "status", "phase")
 	if d.Phase == "" {
 		d.Phase = "Pending"
@@ -102,157 +120,248 @@ func Describe(ctx context.Context, o Options) (*Description, error) {
 	if host := str(cl, "spec", "controlPlaneEndpoint", "host"); host != "" {
 		d.Endpoint = fmt.Sprintf("%s:%d", host, num(cl, "spec", "controlPlaneEndpoint", "port"))
 	}
-	d.Conditions = conditions(cl)
 
-	if cpName := str(cl, "spec", "controlPlaneRef", "name"); cpName != "" {
-		kcp, found, err := m.Get(ctx, kube.Ref{GVK: KCPGVK, Namespace: ns, Name: cpName})
-		if err != nil {
-			return nil, err
-		}
-		if found {
-			init, _, _ := unstructured.NestedBool(kcp.Object, "status", "initialization", "controlPlaneInitialized")
-			d.ControlPlane = &ControlPlane{
-				Name: cpName, Version: str(kcp, "spec", "version"), Desired: num(kcp, "spec", "replicas"),
-				Replicas: num(kcp, "status", "replicas"), Ready: num(kcp, "status", "readyReplicas"),
-				UpToDate: num(kcp, "status", "upToDateReplicas"), Initialized: init, Conditions: conditions(kcp),
-			}
-		}
-	}
-
-	sel := clusterapi.ClusterNameLabel + "=" + name
-	mds, err := m.List(ctx, MDGVK, ns, sel)
+	c, err := describeClient(m)
 	if err != nil {
 		return nil, err
 	}
-	for i := range mds {
-		md := &mds[i]
-		p := WorkerPool{Name: md.GetName(), Replicas: num(md, "status", "replicas"), Ready: num(md, "status", "readyReplicas"),
-			Template: str(md, "spec", "template", "spec", "infrastructureRef", "name")}
-		if r, ok, _ := unstructured.NestedInt64(md.Object, "spec", "replicas"); ok {
-			p.Desired = &r
-		}
-		if a := md.GetAnnotations(); a[clusterapi.AnnotationMaxSize] != "" {
-			lo, hi := atoi(a[clusterapi.AnnotationMinSize]), atoi(a[clusterapi.AnnotationMaxSize])
-			p.Min, p.Max = &lo, &hi
-		}
-		d.Workers = append(d.Workers, p)
-	}
-
-	machines, err := m.List(ctx, MachineGVK, ns, sel)
+	// Every machine on its own row: a lab has a handful, and a user wants
+	// to see which one is stuck.
+	t, err := tree.Discovery(ctx, c, ns, name, tree.DiscoverOptions{Echo: true})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("discovering the objects of cluster %s/%s: %w", ns, name, err)
 	}
-	for i := range machines {
-		mc := &machines[i]
-		l := mc.GetLabels()
-		role := l["cluster.x-k8s.io/deployment-name"]
-		if _, cp := l["cluster.x-k8s.io/control-plane"]; cp {
-			role = "control-plane"
-		}
-		phase := str(mc, "status", "phase")
-		if phase == "" {
-			phase = "Pending"
-		}
-		d.Machines = append(d.Machines, Machine{Name: mc.GetName(), Role: role, Phase: phase,
-			Node: str(mc, "status", "nodeRef", "name"), Version: str(mc, "spec", "version")})
-	}
-	sort.Slice(d.Machines, func(i, j int) bool {
-		a, b := d.Machines[i], d.Machines[j]
-		if a.Role != b.Role {
-			return a.Role == "control-plane" || (b.Role != "control-plane" && a.Role < b.Role)
-		}
-		return a.Name < b.Name
-	})
+	d.Tree = walk(t, t.GetRoot())
 
 	dep, found, err := m.Get(ctx, kube.Ref{GVK: kube.DeploymentGVK, Namespace: ns, Name: clusterapi.AutoscalerName})
 	if err != nil {
 		return nil, err
 	}
 	if found {
-		a := &AutoscalerRun{Replicas: num(dep, "status", "replicas"), Ready: num(dep, "status", "readyReplicas"), Available: "Unknown"}
-		if ctrs, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers"); len(ctrs) > 0 {
-			if c, ok := ctrs[0].(map[string]any); ok {
-				a.Image, _ = c["image"].(string)
-			}
-		}
-		for _, c := range conditions(dep) {
-			if c.Type == "Available" {
-				a.Available, a.Message = c.Status, c.Message
-			}
-		}
-		d.Autoscaler = a
+		d.Tree.Children = append(d.Tree.Children, autoscalerNode(dep))
 	}
 	return d, nil
 }
 
-// DescribeText prints d as a tree, like clusterctl describe.
-func DescribeText(w io.Writer, d *Description) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Cluster %s/%s  %s", d.Namespace, d.Name, d.Phase)
-	if d.Endpoint != "" {
-		fmt.Fprintf(&b, "  endpoint %s", d.Endpoint)
-	}
-	b.WriteString("\n")
-	writeConds(&b, "│   ", d.Conditions)
-	if cp := d.ControlPlane; cp != nil {
-		init := "not initialized"
-		if cp.Initialized {
-			init = "initialized"
+// walk turns the object tree under obj into Nodes, children ordered as
+// clusterctl prints them.
+func walk(t *tree.ObjectTree, obj client.Object) *Node {
+	n := node(obj)
+	kids := t.GetObjectsByParent(obj.GetUID())
+	sort.SliceStable(kids, func(i, j int) bool {
+		a, b := kids[i], kids[j]
+		if za, zb := tree.GetZOrder(a), tree.GetZOrder(b); za != zb {
+			return za > zb
 		}
-		fmt.Fprintf(&b, "├─ ControlPlane KubeadmControlPlane/%s  %s  %d/%d ready, %d up to date, %s\n", cp.Name, cp.Version, cp.Ready, cp.Desired, cp.UpToDate, init)
-		writeConds(&b, "│     ", cp.Conditions)
-		writeMachines(&b, d.Machines, "control-plane")
-	} else {
-		b.WriteString("├─ ControlPlane: none yet\n")
-	}
-	for _, p := range d.Workers {
-		bounds := "fixed"
-		if p.Max != nil {
-			bounds = fmt.Sprintf("autoscaled %d-%d", *p.Min, *p.Max)
+		if ra, rb := roleRank(tree.GetMetaName(a)), roleRank(tree.GetMetaName(b)); ra != rb {
+			return ra < rb
 		}
-		desired := "unset"
-		if p.Desired != nil {
-			desired = fmt.Sprint(*p.Desired)
+		if ka, kb := kind(a), kind(b); ka != kb {
+			return ka < kb
 		}
-		fmt.Fprintf(&b, "├─ Workers MachineDeployment/%s  %s  desired %s, %d replicas, %d ready  template %s\n", p.Name, bounds, desired, p.Replicas, p.Ready, p.Template)
-		writeMachines(&b, d.Machines, p.Name)
+		return a.GetName() < b.GetName()
+	})
+	for _, k := range kids {
+		n.Children = append(n.Children, walk(t, k))
 	}
-	if a := d.Autoscaler; a != nil {
-		fmt.Fprintf(&b, "└─ Autoscaler Deployment/%s  %d/%d ready, Available=%s  %s\n", clusterapi.AutoscalerName, a.Ready, a.Replicas, a.Available, a.Image)
-		if a.Message != "" {
-			fmt.Fprintf(&b, "      %s\n", a.Message)
-		}
-	} else {
-		b.WriteString("└─ Autoscaler: not deployed\n")
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return n
 }
 
-func writeConds(b *strings.Builder, indent string, cs []Condition) {
-	for _, c := range cs {
-		fmt.Fprintf(b, "%s%s=%s", indent, c.Type, c.Status)
-		if c.Reason != "" {
-			fmt.Fprintf(b, " (%s)", c.Reason)
-		}
-		if c.Message != "" {
-			fmt.Fprintf(b, ": %s", strings.ReplaceAll(c.Message, "\n", " "))
-		}
-		b.WriteString("\n")
+func roleRank(role string) int {
+	switch role {
+	case "ClusterInfrastructure", "MachineInfrastructure":
+		return 0
+	case "ControlPlane", "BootstrapConfig":
+		return 1
+	case "":
+		return 2
 	}
+	return 3
 }
 
-func writeMachines(b *strings.Builder, ms []Machine, role string) {
-	for _, m := range ms {
-		if m.Role != role {
-			continue
+func kind(obj client.Object) string {
+	if k := obj.GetObjectKind().GroupVersionKind().Kind; k != "" {
+		return k
+	}
+	switch obj.(type) {
+	case *clusterv1.Cluster:
+		return "Cluster"
+	case *clusterv1.MachineDeployment:
+		return "MachineDeployment"
+	case *clusterv1.MachineSet:
+		return "MachineSet"
+	case *clusterv1.Machine:
+		return "Machine"
+	case *clusterv1.MachinePool:
+		return "MachinePool"
+	}
+	return fmt.Sprintf("%T", obj)
+}
+
+// node reads one object's kind, name, conditions and labctl's details.
+func node(obj client.Object) *Node {
+	n := &Node{Kind: kind(obj), Name: obj.GetName(), Role: tree.GetMetaName(obj)}
+	if tree.IsVirtualObject(obj) {
+		n.Kind, n.Name = obj.GetName(), ""
+	}
+	c, which := tree.GetReadyCondition(obj), "Ready"
+	if c == nil {
+		c, which = tree.GetAvailableCondition(obj), "Available"
+	}
+	if c != nil {
+		n.Ready, n.Condition, n.Reason, n.Message = string(c.Status), which, c.Reason, c.Message
+		if !c.LastTransitionTime.IsZero() {
+			since := c.LastTransitionTime.UTC()
+			n.Since = &since
+		}
+	}
+	for _, c := range tree.GetConditions(obj) {
+		n.Conditions = append(n.Conditions, Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})
+	}
+	n.Details = details(obj)
+	return n
+}
+
+// details are the few fields a lab user asks for next to the conditions.
+func details(obj client.Object) string {
+	switch o := obj.(type) {
+	case *clusterv1.Cluster:
+		if o.Status.Phase != "" {
+			return o.Status.Phase
+		}
+		return "Pending"
+	case *clusterv1.MachineDeployment:
+		var parts []string
+		parts = append(parts, fmt.Sprintf("%d/%d ready", deref(o.Status.ReadyReplicas), deref(o.Status.Replicas)))
+		if o.Spec.Replicas != nil {
+			parts = append(parts, fmt.Sprintf("desired %d", *o.Spec.Replicas))
+		} else {
+			parts = append(parts, "desired unset")
+		}
+		if a := o.GetAnnotations(); a[clusterapi.AnnotationMaxSize] != "" {
+			parts = append(parts, fmt.Sprintf("autoscaled %d-%d", atoi(a[clusterapi.AnnotationMinSize]), atoi(a[clusterapi.AnnotationMaxSize])))
+		} else {
+			parts = append(parts, "fixed")
+		}
+		return strings.Join(parts, ", ")
+	case *clusterv1.Machine:
+		phase := o.Status.Phase
+		if phase == "" {
+			phase = "Pending"
 		}
 		node := "no node yet"
-		if m.Node != "" {
-			node = "node " + m.Node
+		if o.Status.NodeRef.IsDefined() {
+			node = "node " + o.Status.NodeRef.Name
 		}
-		fmt.Fprintf(b, "│   └─ Machine/%s  %s  %s  %s\n", m.Name, m.Phase, node, m.Version)
+		return fmt.Sprintf("%s, %s, %s", phase, node, o.Spec.Version)
+	case *unstructured.Unstructured:
+		if tree.GetObjectContract(o) == "ControlPlane" {
+			init, _, _ := unstructured.NestedBool(o.Object, "status", "initialization", "controlPlaneInitialized")
+			s := fmt.Sprintf("%d/%d ready, %d up to date, %s", num(o, "status", "readyReplicas"), num(o, "spec", "replicas"),
+				num(o, "status", "upToDateReplicas"), str(o, "spec", "version"))
+			if !init {
+				s += ", not initialized"
+			}
+			return s
+		}
 	}
+	return ""
+}
+
+func deref(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// autoscalerNode is labctl's cluster-autoscaler Deployment as a tree node.
+func autoscalerNode(dep *unstructured.Unstructured) *Node {
+	n := &Node{Kind: "Deployment", Name: dep.GetName(), Role: "Autoscaler"}
+	image := ""
+	if ctrs, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers"); len(ctrs) > 0 {
+		if c, ok := ctrs[0].(map[string]any); ok {
+			image, _ = c["image"].(string)
+		}
+	}
+	n.Details = fmt.Sprintf("%d/%d ready, %s", num(dep, "status", "readyReplicas"), num(dep, "status", "replicas"), image)
+	n.Conditions = conditions(dep)
+	n.Ready = "Unknown"
+	for _, c := range n.Conditions {
+		if c.Type == "Available" {
+			n.Ready, n.Condition, n.Reason, n.Message = c.Status, c.Type, c.Reason, c.Message
+		}
+	}
+	raw, _, _ := unstructured.NestedSlice(dep.Object, "status", "conditions")
+	for _, r := range raw {
+		if m, ok := r.(map[string]any); ok && m["type"] == "Available" {
+			if s, _ := m["lastTransitionTime"].(string); s != "" {
+				if t, err := time.Parse(time.RFC3339, s); err == nil {
+					n.Since = &t
+				}
+			}
+		}
+	}
+	return n
+}
+
+// DescribeHeaders are the columns of the text tree.
+var DescribeHeaders = []string{"NAME", "READY", "REASON", "SINCE", "DETAILS", "MESSAGE"}
+
+// DescribeRows lays the tree out as rows, like clusterctl describe cluster:
+// the first column draws the tree, a multi-line condition message continues
+// on the rows below its object.
+func DescribeRows(d *Description, now time.Time) [][]string {
+	var rows [][]string
+	var add func(n *Node, prefix, childPrefix string)
+	add = func(n *Node, prefix, childPrefix string) {
+		label := n.Kind
+		if n.Name != "" {
+			label += "/" + n.Name
+		}
+		if n.Role != "" {
+			label = n.Role + " - " + label
+		}
+		since := ""
+		if n.Since != nil {
+			since = duration.HumanDuration(now.Sub(*n.Since))
+		}
+		lines := strings.Split(strings.TrimSpace(n.Message), "\n")
+		rows = append(rows, []string{prefix + label, n.Ready, n.Reason, since, n.Details, strings.TrimSpace(lines[0])})
+		cont := childPrefix
+		if len(n.Children) > 0 {
+			cont += "│ "
+		} else {
+			cont += "  "
+		}
+		for _, l := range lines[1:] {
+			rows = append(rows, []string{strings.TrimRight(cont, " "), "", "", "", "", strings.TrimSpace(l)})
+		}
+		for i, c := range n.Children {
+			if i == len(n.Children)-1 {
+				add(c, childPrefix+"└─", childPrefix+"  ")
+			} else {
+				add(c, childPrefix+"├─", childPrefix+"│ ")
+			}
+		}
+	}
+	if d.Tree != nil {
+		add(d.Tree, "", "")
+	}
+	return rows
+}
+
+// DescribeText prints d as clusterctl describe does: a line for the
+// cluster, then the object tree as a table.
+func DescribeText(s *ui.IO, w io.Writer, d *Description) error {
+	head := fmt.Sprintf("Cluster %s/%s  %s", d.Namespace, d.Name, d.Phase)
+	if d.Endpoint != "" {
+		head += "  endpoint " + d.Endpoint
+	}
+	if _, err := io.WriteString(w, head+"\n\n"); err != nil {
+		return err
+	}
+	return s.Table(w, DescribeHeaders, DescribeRows(d, time.Now()))
 }
 
 func conditions(o *unstructured.Unstructured) []Condition {
