@@ -71,8 +71,6 @@ func TestVersionText(t *testing.T) {
 
 func TestUnbuiltCommandsExit2(t *testing.T) {
 	for _, args := range [][]string{
-		{"cluster", "create", "lab1"}, {"cluster", "scale", "lab1"}, {"cluster", "delete", "lab1"},
-		{"cluster", "list"}, {"cluster", "describe", "lab1"}, {"cluster", "kubeconfig", "lab1"},
 		{"scale-test", "lab1"},
 	} {
 		code, out, errOut := run(t, "", args...)
@@ -238,6 +236,35 @@ func TestConfigInit(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(path); !strings.Contains(string(data), "apiVersion: labctl.dev/v1alpha1") {
 		t.Fatal("--force did not write the starter")
+	}
+}
+
+func TestClusterCreateDryRunPrintsObjects(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "id.pub")
+	if err := os.WriteFile(key, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("../examples/lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab := filepath.Join(dir, "lab.yaml")
+	if err := os.WriteFile(lab, []byte(strings.Replace(string(data), "~/.ssh/id_ed25519.pub", key, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "", "cluster", "create", "lab1", "-c", lab, "--dry-run", "-o", "yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"kind: ProxmoxCluster", "kind: KubeadmControlPlane", "kind: MachineDeployment", "name: lab1-worker-2g-", "kind: Deployment"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry-run output lacks %q", want)
+		}
+	}
+	code, _, errOut = run(t, "", "cluster", "create", "nope", "-c", lab, "--dry-run", "-o", "yaml")
+	if code != 1 || !strings.Contains(errOut, `cluster "nope" is not in the lab config; it has: lab1`) {
+		t.Errorf("unknown cluster: exit %d, %s", code, errOut)
 	}
 }
 

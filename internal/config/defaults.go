@@ -29,6 +29,16 @@ var (
 	defaultImageOS     = "ubuntu-2404"
 	defaultCPReplicas  = 1
 	defaultLibvirtPool = "default"
+	// defaultAutoscaler is the owner's aggressive scale-down profile: an
+	// idle worker goes after a minute, not cluster-autoscaler's ten.
+	defaultAutoscaler = Autoscaler{
+		ScanInterval:                  "10s",
+		ScaleDownUnneededTime:         "1m",
+		ScaleDownDelayAfterAdd:        "2m",
+		ScaleDownDelayAfterDelete:     "10s",
+		ScaleDownUtilizationThreshold: "0.5",
+		MaxNodeProvisionTime:          "15m",
+	}
 )
 
 // SetDefaults fills every field left empty. It is idempotent, so a defaulted
@@ -116,6 +126,13 @@ func SetDefaults(lab *Lab, pins versions.Pins) {
 		if c.CNI.Cilium == "" {
 			c.CNI.Cilium = pins.Cilium
 		}
+		a := &c.Autoscaler
+		setIfEmpty(&a.ScanInterval, defaultAutoscaler.ScanInterval)
+		setIfEmpty(&a.ScaleDownUnneededTime, defaultAutoscaler.ScaleDownUnneededTime)
+		setIfEmpty(&a.ScaleDownDelayAfterAdd, defaultAutoscaler.ScaleDownDelayAfterAdd)
+		setIfEmpty(&a.ScaleDownDelayAfterDelete, defaultAutoscaler.ScaleDownDelayAfterDelete)
+		setIfEmpty(&a.ScaleDownUtilizationThreshold, defaultAutoscaler.ScaleDownUtilizationThreshold)
+		setIfEmpty(&a.MaxNodeProvisionTime, defaultAutoscaler.MaxNodeProvisionTime)
 	}
 
 	st := &lab.ScaleTest

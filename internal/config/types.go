@@ -146,6 +146,8 @@ type Stack struct {
 type ChartRepos struct {
 	CertManager        string `yaml:"certManager,omitempty" json:"certManager,omitempty"`
 	ClusterAPIOperator string `yaml:"clusterAPIOperator,omitempty" json:"clusterAPIOperator,omitempty"`
+	// Cilium is where 'cluster create' fetches the Cilium chart from.
+	Cilium string `yaml:"cilium,omitempty" json:"cilium,omitempty"`
 }
 
 // OptionalProvider switches on a Cluster API provider that not every lab
@@ -195,6 +197,12 @@ func (img Image) TemplateTags() []string {
 	return []string{"labctl", "labctl-image-" + img.Name, "kubernetes-" + img.KubernetesVersion}
 }
 
+// TemplateTags are the Proxmox tags 'image build' puts on the template it
+// makes, and that clusters find it by (CAPMOX templateSelector, exact match).
+func (img Image) TemplateTags() []string {
+	return []string{"labctl", "labctl-image-" + img.Name, "kubernetes-" + img.KubernetesVersion}
+}
+
 // Cluster is a workload cluster made of Cluster API objects.
 type Cluster struct {
 	Name              string       `yaml:"name" json:"name"`
@@ -211,6 +219,21 @@ type Cluster struct {
 	MemoryAdjustment int      `yaml:"memoryAdjustment" json:"memoryAdjustment"`
 	Template         Template `yaml:"template" json:"template"`
 	CNI              CNI      `yaml:"cni" json:"cni"`
+	// Autoscaler is the cluster-autoscaler's scale-down profile.
+	Autoscaler Autoscaler `yaml:"autoscaler" json:"autoscaler"`
+}
+
+// Autoscaler is the per-cluster cluster-autoscaler's timing: the owner's
+// aggressive scale-down profile by default. Durations are Go durations.
+type Autoscaler struct {
+	ScanInterval              string `yaml:"scanInterval" json:"scanInterval"`
+	ScaleDownUnneededTime     string `yaml:"scaleDownUnneededTime" json:"scaleDownUnneededTime"`
+	ScaleDownDelayAfterAdd    string `yaml:"scaleDownDelayAfterAdd" json:"scaleDownDelayAfterAdd"`
+	ScaleDownDelayAfterDelete string `yaml:"scaleDownDelayAfterDelete" json:"scaleDownDelayAfterDelete"`
+	// ScaleDownUtilizationThreshold is a fraction, e.g. "0.7": nodes below
+	// it are candidates for removal.
+	ScaleDownUtilizationThreshold string `yaml:"scaleDownUtilizationThreshold" json:"scaleDownUtilizationThreshold"`
+	MaxNodeProvisionTime          string `yaml:"maxNodeProvisionTime" json:"maxNodeProvisionTime"`
 }
 
 // ControlPlane is the kubeadm control plane and its kube-vip VIP.
@@ -221,12 +244,20 @@ type ControlPlane struct {
 	Size     Size   `yaml:"size" json:"size"`
 }
 
-// Workers is the autoscaled worker MachineDeployment.
+// Workers is the worker MachineDeployment: autoscaled between Min and Max
+// when Max > Min, a fixed Min workers otherwise.
 type Workers struct {
 	Min  int  `yaml:"min" json:"min"`
 	Max  int  `yaml:"max" json:"max"`
 	Size Size `yaml:"size" json:"size"`
+	// Labels are key=value node labels every worker registers with.
+	Labels []string `yaml:"labels,omitempty" json:"labels,omitempty"`
+	// Taints are key[=value]:Effect taints every worker registers with.
+	Taints []string `yaml:"taints,omitempty" json:"taints,omitempty"`
 }
+
+// Autoscaled reports whether the cluster-autoscaler owns the worker count.
+func (w Workers) Autoscaled() bool { return w.Max > w.Min }
 
 // Template says which VM template the nodes clone. Either Image (found by
 // the tags image build sets) or SourceNode with TemplateID.

@@ -415,6 +415,7 @@ func (v *validator) management(p *field.Path) {
 func (v *validator) stack(p *field.Path, s Stack) {
 	for _, r := range []struct{ name, url string }{
 		{"certManager", s.ChartRepos.CertManager}, {"clusterAPIOperator", s.ChartRepos.ClusterAPIOperator},
+		{"cilium", s.ChartRepos.Cilium},
 	} {
 		if u, err := url.Parse(r.url); r.url != "" && (err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "") {
 			v.add(p.Child("chartRepos", r.name), "%q must be the http(s) URL of a Helm chart repository (the folder holding index.yaml)", r.url)
@@ -561,6 +562,8 @@ func (v *validator) clusters(p *field.Path) {
 			v.add(cp.Child("workers", "max"), "must be at least 1 so the autoscaler can add a worker, got %d", w.Max)
 		}
 		v.size(cp.Child("workers", "size"), w.Size, 1, 1<<30)
+		v.workerLabels(cp.Child("workers"), w)
+		v.autoscaler(cp.Child("autoscaler"), c.Autoscaler)
 
 		// Addresses: the VIP, the node range, pod and service CIDRs.
 		vip, vipOK := v.hostIP(cp.Child("controlPlane", "endpoint"), c.ControlPlane.Endpoint, true)
@@ -831,4 +834,47 @@ func (v *validator) ipRange(p *field.Path, s string) (ipRange, bool) {
 		return ipRange{}, false
 	}
 	return ipRange{a, b}, true
+}
+
+var (
+	labelKeyRe   = regexp.MustCompile(`^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	labelValueRe = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
+	taintEffects = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
+)
+
+// workerLabels checks workers.labels (key=value) and workers.taints
+// (key[=value]:Effect), which kubelet registers and the autoscaler's
+// scale-from-zero annotations repeat.
+func (v *validator) workerLabels(p *field.Path, w Workers) {
+	for i, l := range w.Labels {
+		k, val, ok := strings.Cut(l, "=")
+		if !ok || !labelKeyRe.MatchString(k) || !labelValueRe.MatchString(val) {
+			v.add(p.Child("labels").Index(i), "%q is not a node label key=value, e.g. labctl.dev/pool=workers", l)
+		} else if strings.Contains(k, "kubernetes.io/") && !strings.HasPrefix(k, "node.kubernetes.io/") {
+			v.add(p.Child("labels").Index(i), "%q: kubelet may not set labels under kubernetes.io except node.kubernetes.io/; use your own prefix", l)
+		}
+	}
+	for i, t := range w.Taints {
+		kv, effect, ok := strings.Cut(t, ":")
+		k, val, _ := strings.Cut(kv, "=")
+		if !ok || !labelKeyRe.MatchString(k) || !labelValueRe.MatchString(val) || !oneOf(effect, taintEffects) {
+			v.add(p.Child("taints").Index(i), "%q is not a taint key[=value]:Effect with Effect one of %s, e.g. dedicated=batch:NoSchedule", t, strings.Join(taintEffects, ", "))
+		}
+	}
+}
+
+// autoscaler checks the cluster-autoscaler's scale-down profile.
+func (v *validator) autoscaler(p *field.Path, a Autoscaler) {
+	for _, d := range []struct{ name, val string }{
+		{"scanInterval", a.ScanInterval}, {"scaleDownUnneededTime", a.ScaleDownUnneededTime},
+		{"scaleDownDelayAfterAdd", a.ScaleDownDelayAfterAdd}, {"scaleDownDelayAfterDelete", a.ScaleDownDelayAfterDelete},
+		{"maxNodeProvisionTime", a.MaxNodeProvisionTime},
+	} {
+		if dur, err := time.ParseDuration(d.val); err != nil || dur < 0 {
+			v.add(p.Child(d.name), "%q is not a duration such as 1m or 10s", d.val)
+		}
+	}
+	if f, err := strconv.ParseFloat(a.ScaleDownUtilizationThreshold, 64); err != nil || f <= 0 || f > 1 {
+		v.add(p.Child("scaleDownUtilizationThreshold"), "%q must be a fraction above 0 and at most 1, e.g. 0.5", a.ScaleDownUtilizationThreshold)
+	}
 }

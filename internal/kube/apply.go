@@ -218,6 +218,11 @@ type ApplyOptions struct {
 	CRDTimeout time.Duration
 	// Progress, when set, hears what Apply is doing.
 	Progress func(msg string)
+	// FieldManager applies as another manager than labctl, for commands
+	// that own a few fields of an object labctl applies in full (e.g.
+	// 'cluster scale'): applying a partial object as labctl would drop
+	// every field it leaves out.
+	FieldManager string
 }
 
 // Apply makes the server hold objs, with server-side apply as field manager
@@ -242,7 +247,7 @@ func (c *Client) Apply(ctx context.Context, objs []*unstructured.Unstructured, o
 	var out []Change
 	for i, group := range [][]*unstructured.Unstructured{nss, crds, rest} {
 		for _, obj := range group {
-			ch, err := c.applyOne(ctx, obj)
+			ch, err := c.applyOne(ctx, obj, o.FieldManager)
 			if err != nil {
 				return out, err
 			}
@@ -264,7 +269,10 @@ func (c *Client) Apply(ctx context.Context, objs []*unstructured.Unstructured, o
 	return out, nil
 }
 
-func (c *Client) applyOne(ctx context.Context, obj *unstructured.Unstructured) (Change, error) {
+func (c *Client) applyOne(ctx context.Context, obj *unstructured.Unstructured, manager string) (Change, error) {
+	if manager == "" {
+		manager = FieldManager
+	}
 	ch, want, err := c.plan(ctx, obj)
 	if err != nil || ch.Action == Unchanged {
 		return ch, err
@@ -282,7 +290,7 @@ func (c *Client) applyOne(ctx context.Context, obj *unstructured.Unstructured) (
 	}
 	force := true
 	_, err = ri.Patch(ctx, ch.Ref.Name, types.ApplyPatchType, data, metav1.PatchOptions{
-		FieldManager:    FieldManager,
+		FieldManager:    manager,
 		Force:           &force,
 		FieldValidation: "Strict",
 	})

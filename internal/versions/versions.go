@@ -45,6 +45,7 @@ type Pins struct {
 type Charts struct {
 	CertManager        ChartSource `yaml:"certManager" json:"certManager"`
 	ClusterAPIOperator ChartSource `yaml:"clusterAPIOperator" json:"clusterAPIOperator"`
+	Cilium             ChartSource `yaml:"cilium" json:"cilium"`
 }
 
 // ChartSource is a chart repository and the chart's name in it.
@@ -138,6 +139,8 @@ func (p Pins) List() []Pin {
 		{"charts.certManager.chart", p.Charts.CertManager.Chart},
 		{"charts.clusterAPIOperator.repo", p.Charts.ClusterAPIOperator.Repo},
 		{"charts.clusterAPIOperator.chart", p.Charts.ClusterAPIOperator.Chart},
+		{"charts.cilium.repo", p.Charts.Cilium.Repo},
+		{"charts.cilium.chart", p.Charts.Cilium.Chart},
 		{"ubuntuImage.release", p.UbuntuImage.Release},
 		{"ubuntuImage.codename", p.UbuntuImage.Codename},
 		{"ubuntuImage.url", p.UbuntuImage.URL},

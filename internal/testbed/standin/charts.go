@@ -1,7 +1,7 @@
 // Package standin holds the test bed's stand-ins for what cannot run here:
-// small Helm charts standing in for cert-manager and cluster-api-operator,
-// a chart repository serving them on loopback, and helpers that play the
-// controllers (the deployment controller, cluster-api-operator, k3s's
+// small Helm charts standing in for cert-manager, cluster-api-operator and
+// Cilium, a chart repository serving them on loopback, and helpers that
+// play the controllers (the deployment controller, cluster-api-operator, k3s's
 // helm-controller) by writing the status they would write.
 //
 // Every stand-in says so: charts and objects carry labctl.dev/stand-in,
@@ -36,6 +36,9 @@ var chartFiles embed.FS
 const (
 	CertManager        = "cert-manager"
 	ClusterAPIOperator = "cluster-api-operator"
+	// Cilium is the workload clusters' CNI; its stand-in only renders the
+	// cilium-config ConfigMap from the values it is given.
+	Cilium = "cilium"
 )
 
 // Package writes the stand-in chart name at version into dir as

@@ -1,0 +1,97 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/labctl/labctl/internal/clusterapi"
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/helm"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// Cilium installs the CNI into a workload cluster with the Helm SDK.
+type Cilium struct {
+	Release helm.Release
+}
+
+// NewCilium builds the Cilium release of cluster c: the chart version from
+// the cluster's cni.cilium (the pin by default), fetched from the pinned
+// repository, management.stack.chartRepos.cilium, or the offline folder.
+func NewCilium(lab *config.Lab, c *config.Cluster) (*Cilium, error) {
+	if c == nil {
+		return nil, fmt.Errorf("installing Cilium: no cluster given")
+	}
+	pins, err := versions.Get()
+	if err != nil {
+		return nil, err
+	}
+	src := pins.Charts.Cilium
+	version := c.CNI.Cilium
+	if version == "" {
+		version = pins.Cilium
+	}
+	ch := helm.Chart{Name: src.Chart, Version: version, Repo: src.Repo}
+	st := lab.Management.Stack
+	if st.ChartRepos.Cilium != "" {
+		ch.Repo = st.ChartRepos.Cilium
+	}
+	if st.OfflineDir != "" {
+		dir, err := config.ExpandHome(st.OfflineDir)
+		if err != nil {
+			return nil, err
+		}
+		ch.Repo, ch.File = "", filepath.Join(dir, src.Chart+"-"+version+".tgz")
+		if _, err := os.Stat(ch.File); err != nil {
+			return nil, fmt.Errorf("management.stack.offlineDir %s has no %s: put the chart there ('helm pull %s --repo %s --version %s')",
+				st.OfflineDir, filepath.Base(ch.File), src.Chart, src.Repo, version)
+		}
+	}
+	return &Cilium{Release: helm.Release{
+		Name: clusterapi.CiliumRelease, Namespace: clusterapi.CiliumNamespace, Chart: ch,
+		Values: clusterapi.CiliumValues(c),
+	}}, nil
+}
+
+func (c *Cilium) String() string {
+	return fmt.Sprintf("Helm release %s/%s (chart %s)", c.Release.Namespace, c.Release.Name, c.Release.Chart)
+}
+
+func (c *Cilium) client(kubeconfig []byte) (*helm.Client, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("installing Cilium: reading the workload cluster's kubeconfig: %w", err)
+	}
+	return helm.New(cfg), nil
+}
+
+// Plan says what Install would do in the workload cluster kubeconfig
+// reaches: "" when the release is deployed as wanted.
+func (c *Cilium) Plan(ctx context.Context, kubeconfig []byte) (string, error) {
+	hc, err := c.client(kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	p, err := hc.Plan(ctx, c.Release)
+	if err != nil {
+		return "", fmt.Errorf("reading Cilium's release in the workload cluster: %w", err)
+	}
+	return p, nil
+}
+
+// Install installs or upgrades the release. It does not wait for Cilium's
+// pods: workers may be at zero, and the autoscaler's startup taint covers
+// new nodes until the agent runs.
+func (c *Cilium) Install(ctx context.Context, kubeconfig []byte, timeout time.Duration) error {
+	hc, err := c.client(kubeconfig)
+	if err != nil {
+		return err
+	}
+	_, err = hc.Ensure(ctx, c.Release, timeout)
+	return err
+}

@@ -1,0 +1,354 @@
+// Package cluster holds the workload-cluster use cases: create, scale,
+// delete, list, describe and kubeconfig. Each builds steps from lab.yaml
+// and the management cluster's state and runs them.
+package cluster
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/labctl/labctl/internal/clusterapi"
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/step"
+	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// Kinds the commands read.
+var (
+	ClusterGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}
+	MDGVK      = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineDeployment"}
+	MachineGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Machine"}
+	secretGVK  = schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
+)
+
+// DefaultTimeout bounds each wait of create and delete.
+const DefaultTimeout = 30 * time.Minute
+
+// Options are what every cluster command shares.
+type Options struct {
+	IO      *ui.IO
+	Lab     *config.Lab
+	Name    string
+	Mgmt    *kube.Client
+	DryRun  bool
+	Verbose int
+	// Timeout bounds each wait; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// KubeconfigDir is where the workload kubeconfig is written; empty
+	// means the lab's state folder.
+	KubeconfigDir string
+}
+
+func (o *Options) timeout() time.Duration {
+	if o.Timeout > 0 {
+		return o.Timeout
+	}
+	return DefaultTimeout
+}
+
+// plan lists what applying objs would change, as sentences.
+func plan(ctx context.Context, mgmt *kube.Client, objs []*unstructured.Unstructured) ([]string, error) {
+	cs, err := mgmt.Plan(ctx, objs)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range kube.Changed(cs) {
+		out = append(out, c.String())
+	}
+	return out, nil
+}
+
+// apply server-side applies objs as field manager labctl, writing only
+// those that differ from the server.
+func apply(ctx context.Context, mgmt *kube.Client, objs []*unstructured.Unstructured) error {
+	_, err := mgmt.Apply(withProgress(ctx), objs, kube.ApplyOptions{Progress: func(m string) { step.Progress(ctx, "%s", m) }})
+	return err
+}
+
+// withProgress sends the kube package's wait reports to the step line.
+func withProgress(ctx context.Context) context.Context {
+	return kube.WithProgress(ctx, func(s string) { step.Progress(ctx, "%s", s) })
+}
+
+// until waits on one named object (or, with name "", all of a kind in ns
+// matching selector).
+func until(ctx context.Context, mgmt *kube.Client, gvk schema.GroupVersionKind, ns, name, selector, what, condition string, timeout time.Duration,
+	done func(map[string]*unstructured.Unstructured) (bool, string)) error {
+	w := kube.Watch{GVK: gvk, Namespace: ns, Name: name, LabelSelector: selector}
+	return mgmt.Until(withProgress(ctx), w, what, condition, timeout, done)
+}
+
+// SSHKeys reads the owner's public keys from management.sshPublicKeys and
+// management.sshPublicKeyFile (~ is the home folder).
+func SSHKeys(lab *config.Lab) ([]string, error) {
+	keys := append([]string{}, lab.Management.SSHPublicKeys...)
+	if f := lab.Management.SSHPublicKeyFile; f != "" {
+		path := f
+		if strings.HasPrefix(f, "~/") {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return nil, fmt.Errorf("reading management.sshPublicKeyFile %s: %w", f, err)
+			}
+			path = filepath.Join(home, f[2:])
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading management.sshPublicKeyFile: %w; the nodes need the owner's public key (or set management.sshPublicKeys)", err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				if strings.Contains(line, "PRIVATE KEY") {
+					return nil, fmt.Errorf("management.sshPublicKeyFile %s holds a private key; name the .pub file", f)
+				}
+				keys = append(keys, line)
+			}
+		}
+	}
+	return keys, nil
+}
+
+// Render renders the named cluster of the lab.
+func Render(lab *config.Lab, name string) (*clusterapi.Rendered, error) {
+	keys, err := SSHKeys(lab)
+	if err != nil {
+		return nil, err
+	}
+	pins, err := versions.Get()
+	if err != nil {
+		return nil, err
+	}
+	return clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: name, SSHKeys: keys, Pins: pins})
+}
+
+// KubeconfigPath is where create writes a workload cluster's kubeconfig.
+func (o *Options) KubeconfigPath() (string, error) {
+	dir := o.KubeconfigDir
+	if dir == "" {
+		d, err := kube.StateDir(o.Lab.Metadata.Name)
+		if err != nil {
+			return "", err
+		}
+		dir = d
+	}
+	return filepath.Join(dir, o.Name+".kubeconfig"), nil
+}
+
+// Create applies the cluster's objects, waits until CAPI has brought the
+// control plane up, writes its kubeconfig (0600), installs Cilium and
+// starts the cluster's autoscaler. Every step is idempotent.
+func Create(ctx context.Context, o Options) error {
+	r, err := Render(o.Lab, o.Name)
+	if err != nil {
+		return err
+	}
+	cl := clusterOf(o.Lab, o.Name)
+	cilium, err := NewCilium(o.Lab, cl)
+	if err != nil {
+		return err
+	}
+	path, err := o.KubeconfigPath()
+	if err != nil {
+		return err
+	}
+	m := o.Mgmt
+	ns, name := r.Namespace, r.Name
+	secret := clusterapi.KubeconfigSecret(name)
+	var kubeconfig []byte
+	steps := []step.Step{
+		{
+			Name:  fmt.Sprintf("apply cluster %s (%d objects)", name, len(r.Objects)),
+			Plan:  func(ctx context.Context) ([]string, error) { return plan(ctx, m, r.Objects) },
+			Apply: func(ctx context.Context) error { return apply(ctx, m, r.Objects) },
+		},
+		{
+			Name: "wait for infrastructure provisioned",
+			Apply: func(ctx context.Context) error {
+				return until(ctx, m, ClusterGVK, ns, name, "", "Cluster "+ns+"/"+name, "infrastructure provisioned", o.timeout(), clusterFlag("infrastructureProvisioned"))
+			},
+		},
+		{
+			Name: "wait for control plane initialized",
+			Apply: func(ctx context.Context) error {
+				return until(ctx, m, ClusterGVK, ns, name, "", "Cluster "+ns+"/"+name, "control plane initialized", o.timeout(), clusterFlag("controlPlaneInitialized"))
+			},
+		},
+		{
+			Name: "wait for kubeconfig secret " + secret,
+			Apply: func(ctx context.Context) error {
+				return until(ctx, m, secretGVK, ns, secret, "", "Secret "+ns+"/"+secret, "present", o.timeout(),
+					func(objs map[string]*unstructured.Unstructured) (bool, string) {
+						s := objs[secret]
+						if s == nil {
+							return false, "not created yet"
+						}
+						v, _, _ := unstructured.NestedString(s.Object, "data", "value")
+						return v != "", "present but has no value key"
+					})
+			},
+		},
+		{
+			Name: "write kubeconfig " + path,
+			Plan: func(ctx context.Context) ([]string, error) {
+				kc, err := readKubeconfig(ctx, m, ns, name)
+				if err != nil {
+					return nil, err
+				}
+				kubeconfig = kc
+				if old, err := os.ReadFile(path); err == nil && string(old) == string(kc) {
+					return nil, nil
+				}
+				return []string{"write " + path + " (mode 0600)"}, nil
+			},
+			Apply: func(ctx context.Context) error { return writePrivate(path, kubeconfig) },
+		},
+		{
+			Name: "install Cilium " + cilium.Release.Chart.Version,
+			Plan: func(ctx context.Context) ([]string, error) {
+				if kubeconfig == nil {
+					// Dry run of a cluster not up yet: nothing to read.
+					return []string{"install " + cilium.String() + " once the kubeconfig exists"}, nil
+				}
+				p, err := cilium.Plan(ctx, kubeconfig)
+				if err != nil || p == "" {
+					return nil, err
+				}
+				return []string{p}, nil
+			},
+			Apply: func(ctx context.Context) error { return cilium.Install(ctx, kubeconfig, o.timeout()) },
+		},
+		{
+			Name:  "apply cluster-autoscaler",
+			Plan:  func(ctx context.Context) ([]string, error) { return plan(ctx, m, r.Autoscaler) },
+			Apply: func(ctx context.Context) error { return apply(ctx, m, r.Autoscaler) },
+		},
+	}
+	if o.DryRun {
+		// Nothing is applied, so there is nothing to wait for. The kubeconfig
+		// and Cilium steps only read; they show what they would do when the
+		// cluster is already up.
+		steps = []step.Step{steps[0], steps[4], steps[5], steps[6]}
+		steps[1].Plan = dryKubeconfigPlan(m, ns, name, path, &kubeconfig)
+	}
+	run := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
+	if err := run.Run(ctx, steps); err != nil {
+		return fmt.Errorf("creating cluster %s: %w", name, err)
+	}
+	if !o.DryRun {
+		fmt.Fprintf(o.IO.Err, "cluster %s is up; kubeconfig: %s\n", name, path)
+	}
+	return nil
+}
+
+// dryKubeconfigPlan is the kubeconfig step's plan for a dry run: a cluster
+// whose secret does not exist yet is not an error there.
+func dryKubeconfigPlan(m *kube.Client, ns, name, path string, kubeconfig *[]byte) func(context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		_, found, err := m.Get(ctx, kube.Ref{GVK: secretGVK, Namespace: ns, Name: clusterapi.KubeconfigSecret(name)})
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return []string{"write " + path + " (mode 0600) once Cluster API has made the kubeconfig"}, nil
+		}
+		kc, err := readKubeconfig(ctx, m, ns, name)
+		if err != nil {
+			return nil, err
+		}
+		*kubeconfig = kc
+		if old, err := os.ReadFile(path); err == nil && string(old) == string(kc) {
+			return nil, nil
+		}
+		return []string{"write " + path + " (mode 0600)"}, nil
+	}
+}
+
+func clusterOf(lab *config.Lab, name string) *config.Cluster {
+	for i := range lab.Clusters {
+		if lab.Clusters[i].Name == name {
+			return &lab.Clusters[i]
+		}
+	}
+	return nil
+}
+
+// clusterFlag waits for a v1beta2 Cluster status.initialization flag.
+func clusterFlag(flag string) func(map[string]*unstructured.Unstructured) (bool, string) {
+	return func(objs map[string]*unstructured.Unstructured) (bool, string) {
+		for _, cl := range objs {
+			ok, _, _ := unstructured.NestedBool(cl.Object, "status", "initialization", flag)
+			if ok {
+				return true, ""
+			}
+			phase, _, _ := unstructured.NestedString(cl.Object, "status", "phase")
+			if phase == "" {
+				phase = "no phase yet"
+			}
+			return false, "phase " + phase + ", " + flag + " not true yet"
+		}
+		return false, "the Cluster does not exist"
+	}
+}
+
+// readKubeconfig reads the admin kubeconfig CAPI stored for the cluster.
+func readKubeconfig(ctx context.Context, m *kube.Client, ns, name string) ([]byte, error) {
+	ref := kube.Ref{GVK: secretGVK, Namespace: ns, Name: clusterapi.KubeconfigSecret(name)}
+	s, found, err := m.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("cluster %s has no kubeconfig yet: secret %s/%s does not exist; is the control plane up? (labctl cluster describe %s)", name, ns, ref.Name, name)
+	}
+	v, _, _ := unstructured.NestedString(s.Object, "data", "value")
+	if v == "" {
+		return nil, fmt.Errorf("secret %s/%s has no value key", ns, ref.Name)
+	}
+	data, err := base64.StdEncoding.DecodeString(v)
+	if err != nil {
+		return nil, fmt.Errorf("reading secret %s/%s: its value key is not base64: %w", ns, ref.Name, err)
+	}
+	return data, nil
+}
+
+// writePrivate writes a secret file with mode 0600 (and its folder 0700),
+// through a temporary file so a reader never sees half of it.
+func writePrivate(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".kubeconfig-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// ErrAborted is a delete the user declined.
+var ErrAborted = errors.New("aborted; nothing was deleted")

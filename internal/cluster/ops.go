@@ -1,0 +1,314 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/labctl/labctl/internal/clusterapi"
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/step"
+	"github.com/labctl/labctl/internal/ui"
+)
+
+// ScaleOptions are the inputs of 'cluster scale'. Nil means unchanged.
+type ScaleOptions struct {
+	Options
+	Min, Max, Replicas *int
+}
+
+// Scale changes the worker bounds of an autoscaled pool, or the count of a
+// fixed one. Only the annotations (or spec.replicas of a fixed pool) are
+// applied, under labctl's field manager; the autoscaler keeps its
+// replicas. Put the same numbers in lab.yaml, or the next create resets them.
+func Scale(ctx context.Context, o ScaleOptions) error {
+	m := o.Mgmt
+	ns, name := clusterapi.Namespace(o.Name), o.Name
+	mdName := name + "-" + clusterapi.WorkerPool
+	md, found, err := m.Get(ctx, kube.Ref{GVK: MDGVK, Namespace: ns, Name: mdName})
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("cluster %s has no MachineDeployment %s/%s; was it created with labctl cluster create?", name, ns, mdName)
+	}
+	ann := md.GetAnnotations()
+	curMin, hasMin := ann[clusterapi.AnnotationMinSize]
+	curMax, hasMax := ann[clusterapi.AnnotationMaxSize]
+	autoscaled := hasMin && hasMax
+	patch := &unstructured.Unstructured{}
+	patch.SetGroupVersionKind(MDGVK)
+	patch.SetNamespace(ns)
+	patch.SetName(mdName)
+	var change string
+	upToDate := false
+	switch {
+	case autoscaled && o.Replicas != nil:
+		return fmt.Errorf("cluster %s: the workers are autoscaled (min %s, max %s), so the autoscaler sets their count; use --min and --max", name, curMin, curMax)
+	case autoscaled:
+		lo, hi := atoi(curMin), atoi(curMax)
+		if o.Min != nil {
+			lo = *o.Min
+		}
+		if o.Max != nil {
+			hi = *o.Max
+		}
+		if o.Min == nil && o.Max == nil {
+			return fmt.Errorf("cluster %s: give --min, --max or both", name)
+		}
+		if lo < 0 || hi < 1 || hi < lo {
+			return fmt.Errorf("cluster %s: --min %d --max %d: need 0 <= min <= max and max >= 1", name, lo, hi)
+		}
+		patch.SetAnnotations(map[string]string{clusterapi.AnnotationMinSize: strconv.Itoa(lo), clusterapi.AnnotationMaxSize: strconv.Itoa(hi)})
+		change = fmt.Sprintf("set worker bounds of MachineDeployment %s/%s to min %d, max %d (were %s, %s)", ns, mdName, lo, hi, curMin, curMax)
+		upToDate = curMin == strconv.Itoa(lo) && curMax == strconv.Itoa(hi)
+	case o.Min != nil || o.Max != nil:
+		return fmt.Errorf("cluster %s: the workers are a fixed pool, not autoscaled; use --replicas, or give workers.min < workers.max in lab.yaml and run cluster create", name)
+	case o.Replicas == nil:
+		return fmt.Errorf("cluster %s: give --replicas", name)
+	case *o.Replicas < 0:
+		return fmt.Errorf("cluster %s: --replicas %d must be 0 or more", name, *o.Replicas)
+	default:
+		_ = unstructured.SetNestedField(patch.Object, int64(*o.Replicas), "spec", "replicas")
+		cur, has, _ := unstructured.NestedInt64(md.Object, "spec", "replicas")
+		change = fmt.Sprintf("set replicas of MachineDeployment %s/%s to %d (was %d)", ns, mdName, *o.Replicas, cur)
+		upToDate = has && cur == int64(*o.Replicas)
+	}
+	run := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
+	return run.Run(ctx, []step.Step{{
+		Name: "scale cluster " + name,
+		Plan: func(context.Context) ([]string, error) {
+			if upToDate {
+				return nil, nil
+			}
+			return []string{change}, nil
+		},
+		Apply: func(ctx context.Context) error {
+			// Its own field manager: applying only these fields as "labctl"
+			// would drop every other field create applied.
+			_, err := m.Apply(ctx, []*unstructured.Unstructured{patch}, kube.ApplyOptions{FieldManager: ScaleFieldManager})
+			if err != nil {
+				return fmt.Errorf("scaling MachineDeployment %s/%s: %w", ns, mdName, err)
+			}
+			return nil
+		},
+	}})
+}
+
+// ScaleFieldManager owns what 'cluster scale' sets.
+const ScaleFieldManager = "labctl-scale"
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+// DeleteOptions are the inputs of 'cluster delete'.
+type DeleteOptions struct {
+	Options
+	Yes bool
+}
+
+// Delete removes the cluster's autoscaler, deletes the Cluster and waits
+// until CAPI has removed its Machines and the Cluster itself. It asks
+// first unless Yes.
+func Delete(ctx context.Context, o DeleteOptions) error {
+	m := o.Mgmt
+	ns, name := clusterapi.Namespace(o.Name), o.Name
+	clRef := kube.Ref{GVK: ClusterGVK, Namespace: ns, Name: name}
+	depRef := kube.Ref{GVK: kube.DeploymentGVK, Namespace: ns, Name: clusterapi.AutoscalerName}
+	_, found, err := m.Get(ctx, clRef)
+	if err != nil {
+		return err
+	}
+	if !found {
+		fmt.Fprintf(o.IO.Err, "cluster %s does not exist in namespace %s; nothing to delete\n", name, ns)
+		return nil
+	}
+	if !o.Yes && !o.DryRun {
+		fmt.Fprintf(o.IO.Err, "Delete cluster %s and all its VMs? Type the cluster name to confirm: ", name)
+		line, _ := bufio.NewReader(o.IO.In).ReadString('\n')
+		if strings.TrimSpace(line) != name {
+			return ErrAborted
+		}
+	}
+	c, err := m.Ctrl()
+	if err != nil {
+		return err
+	}
+	del := func(ctx context.Context, ref kube.Ref) error {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(ref.GVK)
+		u.SetNamespace(ref.Namespace)
+		u.SetName(ref.Name)
+		if err := client.IgnoreNotFound(c.Delete(ctx, u, client.PropagationPolicy(metav1.DeletePropagationBackground))); err != nil {
+			return fmt.Errorf("deleting %s: %w", ref, err)
+		}
+		return nil
+	}
+	run := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
+	return run.Run(ctx, []step.Step{
+		{
+			// First, so it cannot scale the pool back up while it goes.
+			Name: "stop cluster-autoscaler",
+			Plan: func(ctx context.Context) ([]string, error) {
+				_, found, err := m.Get(ctx, depRef)
+				if err != nil || !found {
+					return nil, err
+				}
+				return []string{"delete " + depRef.String()}, nil
+			},
+			Apply: func(ctx context.Context) error { return del(ctx, depRef) },
+		},
+		{
+			Name: "delete cluster " + name,
+			Plan: func(context.Context) ([]string, error) {
+				return []string{"delete " + clRef.String() + " (Cluster API deletes its machines and VMs)"}, nil
+			},
+			Apply: func(ctx context.Context) error { return del(ctx, clRef) },
+		},
+		{
+			Name: "wait for the machines to go",
+			Apply: func(ctx context.Context) error {
+				return until(ctx, m, MachineGVK, ns, "", clusterapi.ClusterNameLabel+"="+name, "the Machines of cluster "+name, "deleted", o.timeout(),
+					func(objs map[string]*unstructured.Unstructured) (bool, string) {
+						return len(objs) == 0, fmt.Sprintf("%d machine(s) left", len(objs))
+					})
+			},
+		},
+		{
+			Name: "wait for the Cluster to go",
+			Apply: func(ctx context.Context) error {
+				return until(ctx, m, ClusterGVK, ns, name, "", clRef.String(), "deleted", o.timeout(),
+					func(objs map[string]*unstructured.Unstructured) (bool, string) {
+						return len(objs) == 0, "still there"
+					})
+			},
+		},
+	})
+}
+
+// Summary is one row of 'cluster list'.
+type Summary struct {
+	Name         string `json:"name"`
+	Namespace    string `json:"namespace"`
+	Phase        string `json:"phase"`
+	Version      string `json:"version,omitempty"`
+	ControlPlane string `json:"controlPlane"`
+	Workers      int64  `json:"workers"`
+	MinWorkers   *int   `json:"minWorkers,omitempty"`
+	MaxWorkers   *int   `json:"maxWorkers,omitempty"`
+	Endpoint     string `json:"endpoint,omitempty"`
+}
+
+// List reads every Cluster in the management cluster.
+func List(ctx context.Context, o Options) ([]Summary, error) {
+	served, err := o.Mgmt.Serves(ClusterGVK)
+	if err != nil {
+		return nil, err
+	}
+	if !served {
+		return nil, fmt.Errorf("%s serves no Cluster API Clusters (%s); run labctl mgmt install first", o.Mgmt.Host(), ClusterGVK.GroupVersion())
+	}
+	cls, err := o.Mgmt.List(ctx, ClusterGVK, "", "")
+	if err != nil {
+		return nil, err
+	}
+	mds, err := o.Mgmt.List(ctx, MDGVK, "", "")
+	if err != nil {
+		return nil, err
+	}
+	out := []Summary{}
+	for _, cl := range cls {
+		s := Summary{Name: cl.GetName(), Namespace: cl.GetNamespace()}
+		s.Phase, _, _ = unstructured.NestedString(cl.Object, "status", "phase")
+		if s.Phase == "" {
+			s.Phase = "Pending"
+		}
+		host, _, _ := unstructured.NestedString(cl.Object, "spec", "controlPlaneEndpoint", "host")
+		if port, _, _ := unstructured.NestedInt64(cl.Object, "spec", "controlPlaneEndpoint", "port"); host != "" {
+			s.Endpoint = fmt.Sprintf("%s:%d", host, port)
+		}
+		s.ControlPlane = "not initialized"
+		if ok, _, _ := unstructured.NestedBool(cl.Object, "status", "initialization", "controlPlaneInitialized"); ok {
+			s.ControlPlane = "initialized"
+		}
+		for _, md := range mds {
+			if md.GetNamespace() != cl.GetNamespace() || md.GetLabels()[clusterapi.ClusterNameLabel] != cl.GetName() {
+				continue
+			}
+			r, _, _ := unstructured.NestedInt64(md.Object, "status", "replicas")
+			s.Workers += r
+			if v, _, _ := unstructured.NestedString(md.Object, "spec", "template", "spec", "version"); v != "" {
+				s.Version = v
+			}
+			if a := md.GetAnnotations(); a[clusterapi.AnnotationMaxSize] != "" {
+				s.MinWorkers, s.MaxWorkers = ptr.To(atoi(a[clusterapi.AnnotationMinSize])), ptr.To(atoi(a[clusterapi.AnnotationMaxSize]))
+			}
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name })
+	return out, nil
+}
+
+// ListText prints the summaries as a table.
+func (o Options) ListText(w io.Writer, list []Summary) error {
+	if len(list) == 0 {
+		_, err := fmt.Fprintln(w, "No clusters yet; create one with labctl cluster create NAME.")
+		return err
+	}
+	rows := make([][]string, 0, len(list))
+	for _, s := range list {
+		bounds := "fixed"
+		if s.MaxWorkers != nil {
+			bounds = fmt.Sprintf("%d-%d", *s.MinWorkers, *s.MaxWorkers)
+		}
+		rows = append(rows, []string{s.Name, s.Namespace, s.Phase, s.ControlPlane, strconv.FormatInt(s.Workers, 10), bounds, s.Version, s.Endpoint})
+	}
+	return o.IO.Table(w, []string{"NAME", "NAMESPACE", "PHASE", "CONTROL PLANE", "WORKERS", "AUTOSCALE", "VERSION", "ENDPOINT"}, rows)
+}
+
+// Kubeconfig returns the cluster's admin kubeconfig from the management
+// cluster. Callers print it only when asked, or write it with mode 0600.
+func Kubeconfig(ctx context.Context, o Options) ([]byte, error) {
+	return readKubeconfig(ctx, o.Mgmt, clusterapi.Namespace(o.Name), o.Name)
+}
+
+// WriteKubeconfig writes data to path with mode 0600.
+func WriteKubeconfig(path string, data []byte) error { return writePrivate(path, data) }
+
+// PrintObjects prints the objects create would apply, as yaml or json,
+// without a management cluster.
+func PrintObjects(o *ui.IO, lab *config.Lab, name, format string) error {
+	r, err := Render(lab, name)
+	if err != nil {
+		return err
+	}
+	objs := append(append([]*unstructured.Unstructured{}, r.Objects...), r.Autoscaler...)
+	if format == "json" {
+		items := make([]any, len(objs))
+		for i, obj := range objs {
+			items[i] = obj.Object
+		}
+		return o.Print("json", map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, nil)
+	}
+	for _, obj := range objs {
+		data, err := yaml.Marshal(obj.Object)
+		if err != nil {
+			return fmt.Errorf("writing %s: %w", kube.RefOf(obj), err)
+		}
+		if _, err := fmt.Fprintf(o.Out, "---\n%s", data); err != nil {
+			return err
+		}
+	}
+	return nil
+}

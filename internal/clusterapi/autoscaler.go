@@ -1,0 +1,111 @@
+package clusterapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/template"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/labctl/labctl/embedded"
+)
+
+const (
+	autoscalerManifest = "manifests/cluster-autoscaler/cluster.yaml"
+	autoscalerImage    = "registry.k8s.io/autoscaling/cluster-autoscaler"
+	// SharedClusterRole is the ClusterRole 'mgmt install' creates for every
+	// cluster's autoscaler (embedded/manifests/mgmt/cluster-autoscaler-rbac.yaml): MachineDeployments and their scale, MachineSets,
+	// Machines, MachinePools, and the machine templates for scale from zero.
+	SharedClusterRole = "labctl-cluster-autoscaler-management"
+	// AutoscalerName names the per-cluster autoscaler's Deployment and
+	// ServiceAccount in the cluster's namespace.
+	AutoscalerName = "cluster-autoscaler"
+	// StartupTaint is Cilium's taint until its agent runs on a node; the
+	// autoscaler must not count it against a new node.
+	StartupTaint = "node.cilium.io/agent-not-ready"
+	// workloadKubeconfig is where the <cluster>-kubeconfig secret's "value"
+	// key is mounted.
+	workloadKubeconfig = "/etc/kubernetes/workload/value"
+)
+
+// AutoscalerArgs are the cluster-autoscaler flags for a cluster.
+func (r *renderer) autoscalerArgs() []string {
+	a, ns := r.c.Autoscaler, r.ns
+	return []string{
+		"--cloud-provider=clusterapi",
+		"--kubeconfig=" + workloadKubeconfig,
+		"--clusterapi-cloud-config-authoritative",
+		fmt.Sprintf("--node-group-auto-discovery=clusterapi:namespace=%s,clusterName=%s", ns, r.c.Name),
+		"--namespace=" + ns,
+		"--leader-elect-resource-namespace=" + ns,
+		"--startup-taint=" + StartupTaint,
+		"--scan-interval=" + a.ScanInterval,
+		"--scale-down-unneeded-time=" + a.ScaleDownUnneededTime,
+		"--scale-down-delay-after-add=" + a.ScaleDownDelayAfterAdd,
+		"--scale-down-delay-after-delete=" + a.ScaleDownDelayAfterDelete,
+		"--scale-down-utilization-threshold=" + a.ScaleDownUtilizationThreshold,
+		"--max-node-provision-time=" + a.MaxNodeProvisionTime,
+	}
+}
+
+// autoscaler renders the embedded per-cluster autoscaler manifests.
+func (r *renderer) autoscaler() error {
+	raw, err := embedded.FS.ReadFile(autoscalerManifest)
+	if err != nil {
+		return fmt.Errorf("reading embedded %s: %w", autoscalerManifest, err)
+	}
+	q := func(s string) (string, error) {
+		b, err := json.Marshal(s)
+		return string(b), err
+	}
+	tmpl, err := template.New(autoscalerManifest).Funcs(template.FuncMap{"q": q}).Option("missingkey=error").Parse(string(raw))
+	if err != nil {
+		return fmt.Errorf("parsing embedded %s: %w", autoscalerManifest, err)
+	}
+	labels, err := json.Marshal(r.labels())
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	err = tmpl.Execute(&buf, map[string]any{
+		"Namespace":          r.ns,
+		"Cluster":            r.c.Name,
+		"Labels":             string(labels),
+		"ClusterRole":        SharedClusterRole,
+		"ClusterRoleBinding": "labctl-cluster-autoscaler-" + r.ns,
+		"Image":              autoscalerImage + ":" + r.in.Pins.ClusterAutoscaler,
+		"Args":               r.autoscalerArgs(),
+		"KubeconfigSecret":   KubeconfigSecret(r.c.Name),
+	})
+	if err != nil {
+		return fmt.Errorf("rendering embedded %s: %w", autoscalerManifest, err)
+	}
+	objs, err := decodeYAML(buf.Bytes())
+	if err != nil {
+		return fmt.Errorf("rendering embedded %s: %w", autoscalerManifest, err)
+	}
+	r.out = append(r.out, objs...)
+	return nil
+}
+
+// decodeYAML splits a multi-document YAML stream into objects.
+func decodeYAML(data []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if err == io.EOF {
+				return out, nil
+			}
+			return nil, err
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		out = append(out, u)
+	}
+}

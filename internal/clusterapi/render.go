@@ -1,0 +1,531 @@
+// Package clusterapi renders a lab.yaml cluster into Cluster API objects:
+// CAPI v1beta2 (Go types from sigs.k8s.io/cluster-api/api) and CAPMOX
+// v1alpha2, the storage versions of the pinned providers, plus the
+// cluster's own cluster-autoscaler. It only builds objects; applying them
+// is the caller's job.
+package clusterapi
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// Annotations and labels labctl writes.
+const (
+	AnnotationMinSize  = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+	AnnotationMaxSize  = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+	capacityPrefix     = "capacity.cluster-autoscaler.kubernetes.io/"
+	AnnotationCPU      = capacityPrefix + "cpu"
+	AnnotationMemory   = capacityPrefix + "memory"
+	AnnotationMaxPods  = capacityPrefix + "maxPods"
+	AnnotationLabels   = capacityPrefix + "labels"
+	AnnotationTaints   = capacityPrefix + "taints"
+	LabelManagedBy     = "app.kubernetes.io/managed-by"
+	ClusterNameLabel   = "cluster.x-k8s.io/cluster-name"
+	LabelLab           = "labctl.dev/lab"
+	LabelPool          = "labctl.dev/pool"
+	ManagedBy          = "labctl"
+	WorkerPool         = "workers"
+	APIServerPort      = 6443
+	kubeletMaxPods     = 110 // kubelet's default; the scale-from-zero template says so
+	bootDisk           = "scsi0"
+	providerIDTemplate = "proxmox://'{{ ds.meta_data.instance_id }}'"
+)
+
+// Input is what Render needs beyond lab.yaml.
+type Input struct {
+	Lab     *config.Lab
+	Cluster string
+	// SSHKeys are the owner's public keys, put on every node.
+	SSHKeys []string
+	Pins    versions.Pins
+}
+
+// Rendered is one cluster's objects in the management cluster.
+type Rendered struct {
+	Name      string
+	Namespace string
+	// Objects are the namespace and the Cluster API objects, in apply order.
+	Objects []*unstructured.Unstructured
+	// Autoscaler is the cluster's cluster-autoscaler: service account,
+	// bindings and Deployment. It needs the <cluster>-kubeconfig secret CAPI
+	// writes, so it is applied once the control plane is up.
+	Autoscaler []*unstructured.Unstructured
+	// Names of the objects commands look up.
+	MachineDeployment string
+	ControlPlane      string
+	// Autoscaled is true when the autoscaler owns the worker count.
+	Autoscaled bool
+}
+
+// Find returns the rendered object of a kind, or nil.
+func (r *Rendered) Find(kind, name string) *unstructured.Unstructured {
+	for _, o := range append(append([]*unstructured.Unstructured{}, r.Objects...), r.Autoscaler...) {
+		if o.GetKind() == kind && (name == "" || o.GetName() == name) {
+			return o
+		}
+	}
+	return nil
+}
+
+// Names of a cluster's objects. Machine templates are immutable, so their
+// names carry the size and a hash of their spec: any change makes a new
+// template that the MachineDeployment or control plane then rolls to.
+func controlPlaneName(cluster string) string { return cluster + "-control-plane" }
+func deploymentName(cluster string) string   { return cluster + "-" + WorkerPool }
+
+// KubeconfigSecret is the secret CAPI writes with the cluster's admin kubeconfig.
+func KubeconfigSecret(cluster string) string { return cluster + "-kubeconfig" }
+
+// Namespace is where a cluster's objects live: each cluster has its own.
+func Namespace(cluster string) string { return cluster }
+
+// Render builds the objects of one cluster of the lab. The lab must be
+// defaulted and valid (config.Load does both).
+func Render(in Input) (*Rendered, error) {
+	c, err := findCluster(in.Lab, in.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	r := &renderer{in: in, c: c, ns: Namespace(c.Name)}
+	return r.render()
+}
+
+func findCluster(lab *config.Lab, name string) (*config.Cluster, error) {
+	var names []string
+	for i := range lab.Clusters {
+		if lab.Clusters[i].Name == name {
+			return &lab.Clusters[i], nil
+		}
+		names = append(names, lab.Clusters[i].Name)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("cluster %q: the lab config defines no clusters; add one under clusters", name)
+	}
+	return nil, fmt.Errorf("cluster %q is not in the lab config; it has: %s", name, strings.Join(names, ", "))
+}
+
+type renderer struct {
+	in  Input
+	c   *config.Cluster
+	ns  string
+	px  *config.Proxmox
+	out []*unstructured.Unstructured
+}
+
+func (r *renderer) render() (*Rendered, error) {
+	c := r.c
+	for _, h := range r.in.Lab.Hypervisors {
+		if h.Name == c.Hypervisor {
+			r.px = h.Proxmox
+		}
+	}
+	if r.px == nil {
+		return nil, fmt.Errorf("cluster %s: hypervisor %q is not a Proxmox endpoint; workload clusters run on Proxmox (CAPMOX) only for now", c.Name, c.Hypervisor)
+	}
+	if len(r.in.SSHKeys) == 0 {
+		return nil, fmt.Errorf("cluster %s: no SSH public key to put on the nodes; set management.sshPublicKeys or management.sshPublicKeyFile", c.Name)
+	}
+	nsObj := &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: r.ns, Labels: r.labels()}}
+	if err := r.add(nsObj); err != nil {
+		return nil, err
+	}
+	if err := r.add(r.proxmoxCluster()); err != nil {
+		return nil, err
+	}
+	cpTmpl, err := r.machineTemplate("control-plane", c.ControlPlane.Size)
+	if err != nil {
+		return nil, err
+	}
+	wTmpl, err := r.machineTemplate("worker", c.Workers.Size)
+	if err != nil {
+		return nil, err
+	}
+	kct := r.kubeadmConfigTemplate()
+	kctName, err := hashName(c.Name+"-worker", "", kct.Spec)
+	if err != nil {
+		return nil, err
+	}
+	kct.Name = kctName
+	kcp := r.controlPlane(cpTmpl.Metadata.Name)
+	md, err := r.machineDeployment(wTmpl.Metadata.Name, kct.Name)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range []any{cpTmpl, wTmpl, kct, kcp, md, r.cluster()} {
+		if err := r.add(o); err != nil {
+			return nil, err
+		}
+	}
+	objs := r.out
+	r.out = nil
+	if err := r.autoscaler(); err != nil {
+		return nil, err
+	}
+	return &Rendered{
+		Name: c.Name, Namespace: r.ns, Objects: objs, Autoscaler: r.out,
+		MachineDeployment: md.Name, ControlPlane: kcp.Name, Autoscaled: c.Workers.Autoscaled(),
+	}, nil
+}
+
+// add converts a typed object to unstructured and keeps it.
+func (r *renderer) add(obj any) error {
+	u, err := toUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	r.out = append(r.out, u)
+	return nil
+}
+
+func toUnstructured(obj any) (*unstructured.Unstructured, error) {
+	// Through JSON rather than the reflection converter, so plain structs
+	// (the CAPMOX types) and omitzero fields come out alike.
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("rendering %T: %w", obj, err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(data); err != nil {
+		return nil, fmt.Errorf("rendering %T: %w", obj, err)
+	}
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u.Object, "status")
+	if spec, ok := u.Object["spec"].(map[string]any); ok && len(spec) == 0 {
+		delete(u.Object, "spec")
+	}
+	return u, nil
+}
+
+func (r *renderer) labels() map[string]string {
+	return map[string]string{
+		clusterv1.ClusterNameLabel: r.c.Name,
+		LabelManagedBy:             ManagedBy,
+		LabelLab:                   r.in.Lab.Metadata.Name,
+	}
+}
+
+func (r *renderer) meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: r.ns, Labels: r.labels()}
+}
+
+func (r *renderer) cluster() *clusterv1.Cluster {
+	c := r.c
+	return &clusterv1.Cluster{
+		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Cluster"},
+		ObjectMeta: r.meta(c.Name),
+		Spec: clusterv1.ClusterSpec{
+			ClusterNetwork: clusterv1.ClusterNetwork{
+				Pods:     clusterv1.NetworkRanges{CIDRBlocks: []string{c.PodCIDR}},
+				Services: clusterv1.NetworkRanges{CIDRBlocks: []string{c.ServiceCIDR}},
+			},
+			ControlPlaneRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: controlPlaneName(c.Name),
+			},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: infraGroup, Kind: "ProxmoxCluster", Name: c.Name,
+			},
+		},
+	}
+}
+
+func (r *renderer) proxmoxCluster() *proxmoxCluster {
+	c, n := r.c, r.in.Lab.Network
+	pfx := netip.MustParsePrefix(n.CIDR) // validated by config
+	return &proxmoxCluster{
+		APIVersion: infraVersion, Kind: "ProxmoxCluster",
+		Metadata: objectMeta{Name: c.Name, Namespace: r.ns, Labels: r.labels()},
+		Spec: proxmoxClusterSpec{
+			ControlPlaneEndpoint: apiEndpoint{Host: c.ControlPlane.Endpoint, Port: APIServerPort},
+			IPv4Config:           ipConfig{Addresses: []string{strings.ReplaceAll(c.NodeIPRange, " ", "")}, Gateway: n.Gateway, Prefix: int32(pfx.Bits())},
+			DNSServers:           n.DNS,
+			AllowedNodes:         r.allowedNodes(),
+			SchedulerHints:       schedulerHints{MemoryAdjustment: int64(c.MemoryAdjustment)},
+		},
+	}
+}
+
+// allowedNodes are the cluster's allowedNodes, else every node of its
+// Proxmox endpoint.
+func (r *renderer) allowedNodes() []string {
+	if len(r.c.AllowedNodes) > 0 {
+		return r.c.AllowedNodes
+	}
+	var names []string
+	for _, n := range r.px.Nodes {
+		names = append(names, n.Name)
+	}
+	return names
+}
+
+// node is the first allowed node: its bridge and storage are the cluster's.
+func (r *renderer) node() (config.PVENode, error) {
+	nodes := r.allowedNodes()
+	var first *config.PVENode
+	for _, name := range nodes {
+		for i := range r.px.Nodes {
+			n := &r.px.Nodes[i]
+			if n.Name != name {
+				continue
+			}
+			if first == nil {
+				first = n
+			} else if n.Bridge != first.Bridge || n.Storage != first.Storage {
+				return config.PVENode{}, fmt.Errorf("cluster %s: allowed nodes %s and %s differ in bridge or storage (%s/%s vs %s/%s); the nodes of one cluster must share them",
+					r.c.Name, first.Name, n.Name, first.Bridge, first.Storage, n.Bridge, n.Storage)
+			}
+		}
+	}
+	if first == nil {
+		return config.PVENode{}, fmt.Errorf("cluster %s: none of its allowed nodes (%s) is a node of hypervisor %s", r.c.Name, strings.Join(nodes, ", "), r.c.Hypervisor)
+	}
+	return *first, nil
+}
+
+func (r *renderer) image() *config.Image {
+	for i := range r.in.Lab.Images {
+		if r.in.Lab.Images[i].Name == r.c.Template.Image {
+			return &r.in.Lab.Images[i]
+		}
+	}
+	return nil
+}
+
+// machineTemplate renders a ProxmoxMachineTemplate named
+// <cluster>-<role>-<memory>-<hash>, e.g. lab1-worker-2g-1a2b3c4d.
+func (r *renderer) machineTemplate(role string, size config.Size) (*proxmoxMachineTemplate, error) {
+	node, err := r.node()
+	if err != nil {
+		return nil, err
+	}
+	mem, err := resource.ParseQuantity(size.Memory)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %s memory %q: %w", r.c.Name, role, size.Memory, err)
+	}
+	disk, err := resource.ParseQuantity(size.Disk)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %s disk %q: %w", r.c.Name, role, size.Disk, err)
+	}
+	spec := proxmoxMachineSpec{
+		AllowedNodes: r.c.AllowedNodes,
+		Full:         true,
+		Storage:      node.Storage,
+		NumSockets:   1,
+		NumCores:     int32(size.CPUs),
+		MemoryMiB:    int32(mem.Value() >> 20),
+	}
+	spec.Disks.BootVolume.Disk = bootDisk
+	spec.Disks.BootVolume.SizeGB = int32((disk.Value() + 1<<30 - 1) >> 30)
+	dev := networkDevice{Name: "net0", Bridge: node.Bridge, Model: "virtio", DefaultIPv4: true}
+	if v := r.in.Lab.Network.VLAN; v > 0 {
+		dev.VLAN = int32(v)
+	}
+	spec.Network.NetworkDevices = []networkDevice{dev}
+	switch t := r.c.Template; {
+	case t.TemplateID != 0:
+		spec.SourceNode = t.SourceNode
+		spec.TemplateID = ptr.To(int32(t.TemplateID))
+	default:
+		img := r.image()
+		if img == nil {
+			return nil, fmt.Errorf("cluster %s: template.image %q is not under images; add it or set template.templateID with template.sourceNode", r.c.Name, t.Image)
+		}
+		spec.TemplateSelector = &templateSelector{MatchTags: img.TemplateTags()}
+	}
+	name, err := hashName(r.c.Name+"-"+role, memTag(mem), spec)
+	if err != nil {
+		return nil, err
+	}
+	t := &proxmoxMachineTemplate{APIVersion: infraVersion, Kind: "ProxmoxMachineTemplate",
+		Metadata: objectMeta{Name: name, Namespace: r.ns, Labels: r.labels()}}
+	t.Spec.Template.Spec = spec
+	return t, nil
+}
+
+// memTag writes memory for a name: 2g for whole GiB, else 1536m.
+func memTag(q resource.Quantity) string {
+	if b := q.Value(); b%(1<<30) == 0 {
+		return strconv.FormatInt(b>>30, 10) + "g"
+	}
+	return strconv.FormatInt(q.Value()>>20, 10) + "m"
+}
+
+// hashName is prefix[-tag]-<8 hex of the spec's JSON>.
+func hashName(prefix, tag string, spec any) (string, error) {
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return "", fmt.Errorf("hashing %s: %w", prefix, err)
+	}
+	sum := sha256.Sum256(data)
+	if tag != "" {
+		prefix += "-" + tag
+	}
+	return prefix + "-" + hex.EncodeToString(sum[:4]), nil
+}
+
+// users is the login user on every node, with the owner's SSH keys.
+func (r *renderer) users() []bootstrapv1.User {
+	return []bootstrapv1.User{{
+		Name:              r.in.Lab.Management.User,
+		Sudo:              "ALL=(ALL) NOPASSWD:ALL",
+		SSHAuthorizedKeys: r.in.SSHKeys,
+	}}
+}
+
+// providerID sets kubelet's provider-id to proxmox://<VM BIOS UUID>, which
+// cloud-init reads from the metadata CAPMOX writes.
+func providerID() bootstrapv1.Arg {
+	return bootstrapv1.Arg{Name: "provider-id", Value: ptr.To(providerIDTemplate)}
+}
+
+func (r *renderer) controlPlane(template string) *controlplanev1.KubeadmControlPlane {
+	c := r.c
+	reg := bootstrapv1.NodeRegistrationOptions{KubeletExtraArgs: []bootstrapv1.Arg{providerID()}}
+	return &controlplanev1.KubeadmControlPlane{
+		TypeMeta:   metav1.TypeMeta{APIVersion: controlplanev1.GroupVersion.String(), Kind: "KubeadmControlPlane"},
+		ObjectMeta: r.meta(controlPlaneName(c.Name)),
+		Spec: controlplanev1.KubeadmControlPlaneSpec{
+			Replicas: ptr.To(int32(c.ControlPlane.Replicas)),
+			Version:  c.KubernetesVersion,
+			MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{
+				Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "ProxmoxMachineTemplate", Name: template},
+				},
+			},
+			KubeadmConfigSpec: bootstrapv1.KubeadmConfigSpec{
+				InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: reg},
+				JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: reg},
+				Files: []bootstrapv1.File{{
+					Path: kubeVipManifestPath, Owner: "root:root", Permissions: "0644",
+					Content: kubeVipManifest(c.ControlPlane.Endpoint, r.in.Pins.KubeVip),
+				}},
+				PreKubeadmCommands:  []string{kubeVipUseSuperAdmin},
+				PostKubeadmCommands: []string{kubeVipUseAdmin},
+				Users:               r.users(),
+			},
+		},
+	}
+}
+
+func (r *renderer) kubeadmConfigTemplate() *bootstrapv1.KubeadmConfigTemplate {
+	w := r.c.Workers
+	args := []bootstrapv1.Arg{providerID()}
+	if labels := r.workerLabels(); len(labels) > 0 {
+		args = append(args, bootstrapv1.Arg{Name: "node-labels", Value: ptr.To(strings.Join(labels, ","))})
+	}
+	reg := bootstrapv1.NodeRegistrationOptions{KubeletExtraArgs: args}
+	if len(w.Taints) > 0 {
+		taints := make([]corev1.Taint, 0, len(w.Taints))
+		for _, t := range w.Taints {
+			taints = append(taints, parseTaint(t))
+		}
+		reg.Taints = &taints
+	}
+	return &bootstrapv1.KubeadmConfigTemplate{
+		TypeMeta:   metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfigTemplate"},
+		ObjectMeta: r.meta(""), // named by hash
+		Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{
+			Spec: bootstrapv1.KubeadmConfigSpec{
+				JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: reg},
+				Users:             r.users(),
+			},
+		}},
+	}
+}
+
+// workerLabels are the pool label plus workers.labels, sorted.
+func (r *renderer) workerLabels() []string {
+	labels := append([]string{LabelPool + "=" + WorkerPool}, r.c.Workers.Labels...)
+	sort.Strings(labels)
+	return labels
+}
+
+func parseTaint(s string) corev1.Taint {
+	kv, effect, _ := strings.Cut(s, ":")
+	k, v, _ := strings.Cut(kv, "=")
+	return corev1.Taint{Key: k, Value: v, Effect: corev1.TaintEffect(effect)}
+}
+
+func (r *renderer) machineDeployment(template, bootstrap string) (*clusterv1.MachineDeployment, error) {
+	c, w := r.c, r.c.Workers
+	name := deploymentName(c.Name)
+	sel := map[string]string{clusterv1.ClusterNameLabel: c.Name, clusterv1.MachineDeploymentNameLabel: name}
+	md := &clusterv1.MachineDeployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineDeployment"},
+		ObjectMeta: r.meta(name),
+		Spec: clusterv1.MachineDeploymentSpec{
+			ClusterName: c.Name,
+			Rollout: clusterv1.MachineDeploymentRolloutSpec{Strategy: clusterv1.MachineDeploymentRolloutStrategy{
+				Type: clusterv1.RollingUpdateMachineDeploymentStrategyType,
+				RollingUpdate: clusterv1.MachineDeploymentRolloutStrategyRollingUpdate{
+					MaxSurge: ptr.To(intstr.FromInt32(0)), MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+				},
+			}},
+			Selector: metav1.LabelSelector{MatchLabels: sel},
+			Template: clusterv1.MachineTemplateSpec{
+				ObjectMeta: clusterv1.ObjectMeta{Labels: sel},
+				Spec: clusterv1.MachineSpec{
+					ClusterName: c.Name,
+					Version:     c.KubernetesVersion,
+					Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+						APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfigTemplate", Name: bootstrap,
+					}},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "ProxmoxMachineTemplate", Name: template},
+				},
+			},
+		},
+	}
+	if !w.Autoscaled() {
+		// A fixed pool: labctl owns the count. An autoscaled one never gets
+		// spec.replicas from labctl, so a re-apply cannot undo a scale.
+		md.Spec.Replicas = ptr.To(int32(w.Min))
+		return md, nil
+	}
+	ann, err := r.capacity()
+	if err != nil {
+		return nil, err
+	}
+	ann[AnnotationMinSize] = strconv.Itoa(w.Min)
+	ann[AnnotationMaxSize] = strconv.Itoa(w.Max)
+	md.Annotations = ann
+	return md, nil
+}
+
+// capacity is what cluster-autoscaler needs to build a worker from nothing
+// (scale from zero): CAPMOX publishes no status.capacity.
+func (r *renderer) capacity() (map[string]string, error) {
+	s := r.c.Workers.Size
+	mem, err := resource.ParseQuantity(s.Memory)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: workers.size.memory %q: %w", r.c.Name, s.Memory, err)
+	}
+	ann := map[string]string{
+		AnnotationCPU:     strconv.Itoa(s.CPUs),
+		AnnotationMemory:  mem.String(),
+		AnnotationMaxPods: strconv.Itoa(kubeletMaxPods),
+		AnnotationLabels:  strings.Join(r.workerLabels(), ","),
+	}
+	if len(r.c.Workers.Taints) > 0 {
+		ann[AnnotationTaints] = strings.Join(r.c.Workers.Taints, ",")
+	}
+	return ann, nil
+}
