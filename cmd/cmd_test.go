@@ -73,7 +73,6 @@ func TestUnbuiltCommandsExit2(t *testing.T) {
 	for _, args := range [][]string{
 		{"mgmt", "up"}, {"mgmt", "kubeconfig"}, {"mgmt", "down"},
 		{"image", "build"}, {"image", "list"},
-		{"scale-test", "lab1"},
 	} {
 		code, out, errOut := run(t, "", args...)
 		if code != 2 || !strings.Contains(errOut, "not implemented yet") || out != "" {
