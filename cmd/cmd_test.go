@@ -288,7 +288,7 @@ func TestScaleTestDryRunAndUsage(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"namespace labctl-scale-test", "cpu 1500m, memory 512Mi", "scale-up 1→3: set inflate to 3 pods", "scale-down to 0", "scale-from-zero", "remove the inflate pods", "write the chart to lab1.svg"} {
+	for _, want := range []string{"namespace labctl-scale-test", "cpu 1500m, memory 512Mi", "scale-up 1→3: set inflate to 5 pods", "scale-down to 0", "scale-from-zero", "remove the inflate pods", "write the chart to lab1.svg"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry-run output lacks %q:\n%s", want, out)
 		}

@@ -26,8 +26,10 @@ cluster, change its size per phase and watch the autoscaler, Cluster API
 and the nodes react: pods and Nodes in the workload cluster, the
 MachineDeployment, MachineSets and Machines in the management cluster.
 
-Phases: up (1→3 inflate pods), down (remove the workload until the
-workers are gone) and from-zero (1 pod on a cluster with no workers).
+Phases: up (from 1 worker to 3: inflate grows from 1 pod to as many as
+3 workers hold, 5 for 4-vCPU workers and 1500m pods), down (remove the
+workload until the workers are gone) and from-zero (1 pod on a cluster
+with no workers).
 Each is timed against scaleTest.timeouts; a failed phase says where its
 timeline stopped. The workload is always removed, also on Ctrl-C.`,
 		Example: "  labctl scale-test lab1\n  labctl scale-test lab1 --scenario from-zero -o json --chart lab1.png",
@@ -47,9 +49,16 @@ timeline stopped. The workload is always removed, also on Ctrl-C.`,
 			if _, err := cluster.Render(lab, name); err != nil {
 				return err
 			}
+			var cpus int
+			for _, c := range lab.Clusters {
+				if c.Name == name {
+					cpus = c.Workers.Size.CPUs
+				}
+			}
 			so := scaletest.Options{
 				IO: g.IO, Cluster: name, Config: lab.ScaleTest, Scenario: scenario, Chart: chart,
 				MgmtNamespace: clusterapi.Namespace(name), MachineDeployment: name + "-" + clusterapi.WorkerPool,
+				PodsPerWorker: scaletest.PodsPerWorker(cpus, lab.ScaleTest.Workload),
 			}
 			if change.DryRun {
 				lines, err := scaletest.Plan(so)

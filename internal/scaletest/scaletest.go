@@ -32,8 +32,12 @@ const (
 	AppLabel     = "app.kubernetes.io/name"
 	AppName      = "inflate"
 	managedLabel = "app.kubernetes.io/managed-by"
-	// UpReplicas is the scale-up target: 1→3, the owner's exit criterion.
-	UpReplicas = 3
+	// UpWorkers is the scale-up target: workers 1→3, the owner's exit
+	// criterion.
+	UpWorkers = 3
+	// systemMilliCPU is what a worker's own pods (Cilium) and reservations
+	// take before inflate pods fit.
+	systemMilliCPU = 250
 )
 
 // Scenarios are the --scenario values.
@@ -60,7 +64,24 @@ type Options struct {
 	// Chart is the file the chart is written to (.svg or .png); empty
 	// writes none.
 	Chart string
+	// PodsPerWorker is how many inflate pods one worker holds (see
+	// PodsPerWorker); 0 means 1.
+	PodsPerWorker int
 }
+
+// PodsPerWorker is how many inflate pods fit on a worker with cpus CPUs:
+// 2 for the lab's 4-vCPU workers and 1500m pods.
+func PodsPerWorker(cpus int, w config.ScaleWorkload) int {
+	q, err := resource.ParseQuantity(w.CPU)
+	if err != nil || q.MilliValue() <= 0 {
+		return 1
+	}
+	return max(1, int((int64(cpus)*1000-systemMilliCPU)/q.MilliValue()))
+}
+
+// UpPods is the inflate pod count that needs UpWorkers workers: all but
+// the last full, the last with one pod.
+func UpPods(podsPerWorker int) int { return (UpWorkers-1)*max(1, podsPerWorker) + 1 }
 
 // Report is the outcome of a scale test, as printed with -o json.
 type Report struct {
@@ -108,7 +129,7 @@ type phase struct {
 }
 
 // Phases returns the phases of a scenario with their timeouts.
-func Phases(scenario string, c config.ScaleTest) ([]phase, error) {
+func Phases(scenario string, c config.ScaleTest, podsPerWorker int) ([]phase, error) {
 	parse := func(field, v string) (time.Duration, error) {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -128,7 +149,7 @@ func Phases(scenario string, c config.ScaleTest) ([]phase, error) {
 	if err != nil {
 		return nil, err
 	}
-	pUp := phase{name: PhaseUp, up: true, from: 1, to: UpReplicas, timeout: up}
+	pUp := phase{name: PhaseUp, up: true, from: 1, to: UpPods(podsPerWorker), timeout: up}
 	pDown := phase{name: PhaseDown, from: -1, to: 0, timeout: down}
 	pZero := phase{name: PhaseFromZero, up: true, from: 0, to: 1, timeout: zero, needsZero: true}
 	switch scenario {
@@ -146,7 +167,7 @@ func Phases(scenario string, c config.ScaleTest) ([]phase, error) {
 
 // Plan lists what a run would do, for --dry-run.
 func Plan(o Options) ([]string, error) {
-	phases, err := Phases(o.Scenario, o.Config)
+	phases, err := Phases(o.Scenario, o.Config, o.PodsPerWorker)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +198,7 @@ type tester struct {
 // run; the report is returned with an error wrapping ErrFailed. The
 // workload is removed before Run returns, whatever happened.
 func Run(ctx context.Context, o Options) (rep *Report, err error) {
-	phases, err := Phases(o.Scenario, o.Config)
+	phases, err := Phases(o.Scenario, o.Config, o.PodsPerWorker)
 	if err != nil {
 		return nil, err
 	}

@@ -286,7 +286,7 @@ func TestScaleTest(t *testing.T) {
 		rctx, interrupt := context.WithCancel(ctx)
 		// Ctrl-C once the scale-up phase has its 3 pods.
 		go func() {
-			if _, ok := a.waitPods(rctx, func(p []corev1.Pod) bool { return len(p) == UpReplicas }); ok {
+			if _, ok := a.waitPods(rctx, func(p []corev1.Pod) bool { return len(p) == UpPods(1) }); ok {
 				interrupt()
 			}
 		}()

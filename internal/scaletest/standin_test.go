@@ -316,7 +316,7 @@ func (a *standIn) playAll(ctx context.Context, first string) error {
 		return err
 	}
 	a.newPhase()
-	if pods, ok = a.waitPods(ctx, func(p []corev1.Pod) bool { return len(p) == UpReplicas && len(unbound(p)) == UpReplicas-1 }); !ok {
+	if pods, ok = a.waitPods(ctx, func(p []corev1.Pod) bool { return len(p) == UpPods(1) && len(unbound(p)) == UpPods(1)-1 }); !ok {
 		return nil
 	}
 	if err := a.scaleUp(ctx, 1, unbound(pods)); err != nil || a.s.noMachines {

@@ -88,14 +88,21 @@ func TestStoppedSaysWhereScaleDownStalled(t *testing.T) {
 
 func TestPhasesAndChartErrors(t *testing.T) {
 	c := testConfig("15m", "10m", "15m")
-	if ps, err := Phases("all", c); err != nil || len(ps) != 3 || ps[1].timeout != 10*time.Minute {
+	if ps, err := Phases("all", c, 2); err != nil || len(ps) != 3 || ps[1].timeout != 10*time.Minute || ps[0].to != 5 {
 		t.Errorf("Phases(all) = %v, %v", ps, err)
 	}
-	if _, err := Phases("sideways", c); err == nil {
+	// The lab's 4-vCPU workers hold two 1500m pods: 1→3 workers is 1→5 pods.
+	if got := PodsPerWorker(4, c.Workload); got != 2 {
+		t.Errorf("PodsPerWorker(4, 1500m) = %d, want 2", got)
+	}
+	if got := PodsPerWorker(2, c.Workload); got != 1 {
+		t.Errorf("PodsPerWorker(2, 1500m) = %d, want 1", got)
+	}
+	if _, err := Phases("sideways", c, 2); err == nil {
 		t.Error("unknown scenario accepted")
 	}
 	c.Timeouts.FromZero = "soon"
-	if _, err := Phases("from-zero", c); err == nil || !strings.Contains(err.Error(), `scaleTest.timeouts.fromZero: "soon"`) {
+	if _, err := Phases("from-zero", c, 2); err == nil || !strings.Contains(err.Error(), `scaleTest.timeouts.fromZero: "soon"`) {
 		t.Errorf("bad timeout: %v", err)
 	}
 	if err := WriteChart(t.TempDir()+"/chart.gif", "lab1", []Sample{{At: time.Now()}}); err == nil || !strings.Contains(err.Error(), ".svg or .png") {
