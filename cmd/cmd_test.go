@@ -69,17 +69,6 @@ func TestVersionText(t *testing.T) {
 	}
 }
 
-func TestUnbuiltCommandsExit2(t *testing.T) {
-	for _, args := range [][]string{
-		{"scale-test", "lab1"},
-	} {
-		code, out, errOut := run(t, "", args...)
-		if code != 2 || !strings.Contains(errOut, "not implemented yet") || out != "" {
-			t.Errorf("labctl %s: exit %d, stdout %q, stderr %q; want exit 2 and 'not implemented yet'", strings.Join(args, " "), code, out, errOut)
-		}
-	}
-}
-
 func TestHelpTeaches(t *testing.T) {
 	root := NewRoot(&ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}})
 	for _, c := range allCommands(root) {
@@ -303,5 +292,44 @@ func TestMgmtHelpTeaches(t *testing.T) {
 	code, out, _ = run(t, "", "mgmt", "status", "--help")
 	if code != 0 || !strings.Contains(out, "labctl mgmt status --kubeconfig ~/.kube/other -o json") || !strings.Contains(out, "Exits 0 when every component is ready, 1 when one is not") {
 		t.Errorf("mgmt status --help:\n%s", out)
+	}
+}
+
+func TestScaleTestDryRunAndUsage(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "id.pub")
+	if err := os.WriteFile(key, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("../examples/lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab := filepath.Join(dir, "lab.yaml")
+	if err := os.WriteFile(lab, []byte(strings.Replace(string(data), "~/.ssh/id_ed25519.pub", key, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// --dry-run needs no cluster: it only says what would happen.
+	code, out, errOut := run(t, "", "scale-test", "lab1", "-c", lab, "--dry-run", "--chart", "lab1.svg")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"namespace labctl-scale-test", "cpu 1500m, memory 512Mi", "scale-up 1→3: set inflate to 5 pods", "scale-down to 0", "scale-from-zero", "remove the inflate pods", "write the chart to lab1.svg"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry-run output lacks %q:\n%s", want, out)
+		}
+	}
+	code, _, errOut = run(t, "", "scale-test", "lab1", "-c", lab, "--scenario", "sideways")
+	if code != 2 || !strings.Contains(errOut, `--scenario "sideways": must be one of up, down, from-zero, all`) {
+		t.Errorf("bad scenario: exit %d, %s", code, errOut)
+	}
+	code, _, errOut = run(t, "", "scale-test", "nope", "-c", lab, "--dry-run")
+	if code != 1 || !strings.Contains(errOut, `cluster "nope" is not in the lab config`) {
+		t.Errorf("unknown cluster: exit %d, %s", code, errOut)
+	}
+	// Without a management cluster it says how to get one.
+	code, _, errOut = run(t, "", "scale-test", "lab1", "-c", lab, "--kubeconfig", filepath.Join(dir, "missing"))
+	if code != 1 || !strings.Contains(errOut, "does not exist") {
+		t.Errorf("no management cluster: exit %d, %s", code, errOut)
 	}
 }

@@ -19,15 +19,11 @@ import (
 
 // Exit codes.
 const (
-	exitOK             = 0
-	exitError          = 1
-	exitUsage          = 2 // bad flags, and commands not built yet
-	exitInterrupted    = 130
-	notImplementedText = "not implemented yet"
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2 // bad flags and arguments
+	exitInterrupted = 130
 )
-
-// errNotImplemented marks a command that a later release fills in.
-var errNotImplemented = errors.New(notImplementedText)
 
 // usageError is a mistake in how labctl was called.
 type usageError struct{ error }
@@ -67,9 +63,6 @@ func Run(ctx context.Context, io *ui.IO, args []string) int {
 		return exitInterrupted
 	case errors.As(err, &code):
 		return code.code
-	case errors.Is(err, errNotImplemented):
-		fmt.Fprintf(io.Err, "Error: %s\n", err)
-		return exitUsage
 	}
 	fmt.Fprintf(io.Err, "Error: %s\n", err)
 	var usage usageError
@@ -152,9 +145,4 @@ Without a lab.yaml, labctl uses its built-in one-machine lab (local-kvm).`,
 	root.SetHelpCommandGroupID("setup")
 	root.SetCompletionCommandGroupID("setup")
 	return root
-}
-
-// notImplemented is the RunE of commands a later release fills in.
-func notImplemented(cmd *cobra.Command, _ []string) error {
-	return fmt.Errorf("%s: %w", cmd.CommandPath(), errNotImplemented)
 }

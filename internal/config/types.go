@@ -197,12 +197,6 @@ func (img Image) TemplateTags() []string {
 	return []string{"labctl", "labctl-image-" + img.Name, "kubernetes-" + img.KubernetesVersion}
 }
 
-// TemplateTags are the Proxmox tags 'image build' puts on the template it
-// makes, and that clusters find it by (CAPMOX templateSelector, exact match).
-func (img Image) TemplateTags() []string {
-	return []string{"labctl", "labctl-image-" + img.Name, "kubernetes-" + img.KubernetesVersion}
-}
-
 // Cluster is a workload cluster made of Cluster API objects.
 type Cluster struct {
 	Name              string       `yaml:"name" json:"name"`

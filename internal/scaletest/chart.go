@@ -1,0 +1,61 @@
+package scaletest
+
+import (
+	"fmt"
+	"image/color"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+// WriteChart draws worker Nodes, pending pods and MachineDeployment
+// replicas over time as step lines and writes path; the extension picks
+// SVG or PNG.
+func WriteChart(path, cluster string, samples []Sample) error {
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext != ".svg" && ext != ".png" {
+		return fmt.Errorf("chart %s: the file must end in .svg or .png", path)
+	}
+	if len(samples) == 0 {
+		return fmt.Errorf("chart %s: nothing was recorded", path)
+	}
+	p := plot.New()
+	p.Title.Text = "labctl scale-test " + cluster
+	p.X.Label.Text = "seconds"
+	p.Y.Label.Text = "count"
+	p.Add(plotter.NewGrid())
+	t0 := samples[0].At
+	series := []struct {
+		name  string
+		color color.Color
+		value func(Sample) float64
+	}{
+		{"worker Nodes", color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, func(s Sample) float64 { return float64(s.Nodes) }},
+		{"pending pods", color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, func(s Sample) float64 { return float64(s.Pending) }},
+		{"MachineDeployment replicas", color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, func(s Sample) float64 { return float64(s.MDReplicas) }},
+	}
+	for _, s := range series {
+		pts := make(plotter.XYs, len(samples))
+		for i, smp := range samples {
+			pts[i].X = smp.At.Sub(t0).Seconds()
+			pts[i].Y = s.value(smp)
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return fmt.Errorf("chart %s: %w", path, err)
+		}
+		l.StepStyle = plotter.PostStep
+		l.Color = s.color
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(s.name, l)
+	}
+	p.Legend.Top = true
+	if err := p.Save(8*vg.Inch, 4*vg.Inch, path); err != nil {
+		return fmt.Errorf("writing chart %s: %w", path, err)
+	}
+	return nil
+}
