@@ -433,7 +433,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		}
 		js, _ := json.Marshal(d)
 		for _, want := range []string{`"tree":{"kind":"Cluster","name":"lab1","ready":"False","condition":"Available","reason":"NotAvailable"`,
-			`{"kind":"Workers","children":[{"kind":"MachineDeployment","name":"lab1-workers","details":"1/2 ready, desired 3, autoscaled 1-7"`} {
+			`{"kind":"Workers","name":"","children":[{"kind":"MachineDeployment","name":"lab1-workers","details":"1/2 ready, desired 3, autoscaled 1-7"`} {
 			if !strings.Contains(string(js), want) {
 				t.Errorf("describe json lacks %s:\n%s", want, js)
 			}
