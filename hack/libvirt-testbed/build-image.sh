@@ -38,8 +38,10 @@ trap cleanup EXIT
 # The Debian mirror this machine already uses; nothing else is contacted.
 mirror=${MIRROR:-$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v -e security -e '^$' | grep debian | head -n 1)}
 secmirror=${SECMIRROR:-$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep security | head -n 1)}
-mirror=${mirror:-http://deb.debian.org/debian}
-secmirror=${secmirror:-http://deb.debian.org/debian-security}
+# Classic one-line sources as a fallback: "deb URI suite components".
+mirror=${mirror:-$(awk '$1 == "deb" && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)}
+secmirror=${secmirror:-$(awk '$1 == "deb" && $2 ~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)}
+[ -n "$mirror" ] || { echo "build-image: no Debian mirror found in /etc/apt/sources.list*; set MIRROR=<your Debian mirror URL>" >&2; exit 1; }
 
 echo "test image: mmdebstrap from $mirror" >&2
 mmdebstrap --quiet --variant=apt --components=main \
@@ -62,7 +64,7 @@ mmdebstrap --quiet --variant=apt --components=main \
 	bookworm "$work/rootfs" \
 	"deb $mirror bookworm main" \
 	"deb $mirror bookworm-updates main" \
-	"deb $secmirror bookworm-security main"
+	${secmirror:+"deb $secmirror bookworm-security main"}
 echo "test image: rootfs built in $((SECONDS - start)) s" >&2
 
 size_mb=3072
