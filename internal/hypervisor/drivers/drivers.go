@@ -5,7 +5,6 @@ package drivers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -16,9 +15,6 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor/libvirt"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
 )
-
-// ErrNoDriver means this build has no driver for a hypervisor's kind.
-var ErrNoDriver = errors.New("no driver for this hypervisor in this build")
 
 // Open connects to the hypervisor called name in lab. Close the driver
 // with Close when done.

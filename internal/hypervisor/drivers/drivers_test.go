@@ -49,8 +49,9 @@ func TestOpen(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if _, err := Open(ctx, lab(), "pve"); !errors.Is(err, ErrNoDriver) {
-		t.Errorf("Open(pve) = %v, want ErrNoDriver", err)
+	// The Proxmox driver opens too, and refuses a config without its token secret.
+	if _, err := Open(ctx, lab(), "pve"); err == nil || !strings.Contains(err.Error(), "hypervisors[pve].proxmox.tokenSecret") {
+		t.Errorf("Open(pve) = %v, want an error naming the missing tokenSecret", err)
 	}
 	if _, err := Open(ctx, lab(), "nope"); err == nil || !strings.Contains(err.Error(), `no hypervisor named "nope"`) {
 		t.Errorf("Open(nope) = %v", err)
