@@ -211,7 +211,7 @@ func Create(ctx context.Context, o Options) error {
 				}
 				return []string{"write " + path + " (mode 0600)"}, nil
 			},
-			Apply: func(ctx context.Context) error { return writePrivate(path, kubeconfig) },
+			Apply: func(ctx context.Context) error { return kube.WritePrivate(path, kubeconfig) },
 		},
 		{
 			Name: "install Cilium " + cilium.Release.Chart.Version,
@@ -320,34 +320,6 @@ func readKubeconfig(ctx context.Context, m *kube.Client, ns, name string) ([]byt
 		return nil, fmt.Errorf("reading secret %s/%s: its value key is not base64: %w", ns, ref.Name, err)
 	}
 	return data, nil
-}
-
-// writePrivate writes a secret file with mode 0600 (and its folder 0700),
-// through a temporary file so a reader never sees half of it.
-func writePrivate(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".kubeconfig-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
 }
 
 // ErrAborted is a delete the user declined.

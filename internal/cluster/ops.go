@@ -284,7 +284,7 @@ func Kubeconfig(ctx context.Context, o Options) ([]byte, error) {
 }
 
 // WriteKubeconfig writes data to path with mode 0600.
-func WriteKubeconfig(path string, data []byte) error { return writePrivate(path, data) }
+func WriteKubeconfig(path string, data []byte) error { return kube.WritePrivate(path, data) }
 
 // PrintObjects prints the objects create would apply, as yaml or json,
 // without a management cluster.

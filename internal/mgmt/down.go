@@ -129,7 +129,7 @@ func Kubeconfig(_ context.Context, o KubeconfigOptions) error {
 	if _, err := os.Stat(o.Path); err == nil && !o.Force {
 		return fmt.Errorf("%s exists: pass --force to overwrite it", o.Path)
 	}
-	if err := writePrivate(o.Path, data); err != nil {
+	if err := kube.WritePrivate(o.Path, data); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.IO.Err, "wrote %s (mode 0600)\n", o.Path)

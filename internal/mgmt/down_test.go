@@ -93,7 +93,7 @@ func TestKubeconfigPrintAndWrite(t *testing.T) {
 		t.Fatalf("nothing stored: %v", err)
 	}
 	stored, _ := kube.MgmtKubeconfigPath("home")
-	if err := writePrivate(stored, []byte("apiVersion: v1\nkind: Config\n")); err != nil {
+	if err := kube.WritePrivate(stored, []byte("apiVersion: v1\nkind: Config\n")); err != nil {
 		t.Fatal(err)
 	}
 	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Request: req}); err != nil || out.String() != "apiVersion: v1\nkind: Config\n" {

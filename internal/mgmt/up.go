@@ -495,7 +495,7 @@ func (u *UpRun) storeKubeconfig(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := writePrivate(u.kubeconfig, data); err != nil {
+	if err := kube.WritePrivate(u.kubeconfig, data); err != nil {
 		return err
 	}
 	c, err := kube.Connect(u.kubeconfig)
@@ -507,32 +507,6 @@ func (u *UpRun) storeKubeconfig(ctx context.Context) error {
 		return fmt.Errorf("the stored kubeconfig %s does not reach the API: %w", u.kubeconfig, err)
 	}
 	step.Progress(ctx, "Kubernetes %s", v.GitVersion)
-	return nil
-}
-
-func writePrivate(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".kubeconfig-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if err := tmp.Chmod(0o600); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
 	return nil
 }
 
