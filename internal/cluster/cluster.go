@@ -95,13 +95,9 @@ func until(ctx context.Context, mgmt *kube.Client, gvk schema.GroupVersionKind, 
 func SSHKeys(lab *config.Lab) ([]string, error) {
 	keys := append([]string{}, lab.Management.SSHPublicKeys...)
 	if f := lab.Management.SSHPublicKeyFile; f != "" {
-		path := f
-		if strings.HasPrefix(f, "~/") {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return nil, fmt.Errorf("reading management.sshPublicKeyFile %s: %w", f, err)
-			}
-			path = filepath.Join(home, f[2:])
+		path, err := config.ExpandHome(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading management.sshPublicKeyFile: %w", err)
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {

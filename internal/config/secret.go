@@ -52,7 +52,7 @@ func ExpandHome(path string) (string, error) {
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return "", fmt.Errorf("expanding %s: %w", path, err)
+		return "", fmt.Errorf("cannot expand %s: the home folder is unknown (HOME is not set)", path)
 	}
 	return filepath.Join(home, strings.TrimPrefix(path, "~")), nil
 }

@@ -11,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -208,7 +207,7 @@ func checkSecret(ref config.SecretRef, tokenID string) (Status, string) {
 		}
 		return OK, fmt.Sprintf("env %s is set", ref.Env)
 	case ref.File != "":
-		path, err := ExpandHome(ref.File)
+		path, err := config.ExpandHome(ref.File)
 		if err != nil {
 			return Fail, err.Error()
 		}
@@ -250,7 +249,7 @@ func checkSSHKey(m config.Management) (st Status, detail string, ok bool) {
 		}
 		return OK, inline, true
 	}
-	path, err := ExpandHome(m.SSHPublicKeyFile)
+	path, err := config.ExpandHome(m.SSHPublicKeyFile)
 	if err != nil {
 		return Fail, err.Error(), true
 	}
@@ -295,16 +294,4 @@ func readSmall(path string, limit int64) ([]byte, error) {
 		return nil, errors.New("it is a folder")
 	}
 	return io.ReadAll(io.LimitReader(f, limit))
-}
-
-// ExpandHome replaces a leading ~/ with the user's home folder.
-func ExpandHome(path string) (string, error) {
-	if path != "~" && !strings.HasPrefix(path, "~/") {
-		return path, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("cannot expand %s: the home folder is unknown (HOME is not set)", path)
-	}
-	return filepath.Join(home, strings.TrimPrefix(path, "~")), nil
 }

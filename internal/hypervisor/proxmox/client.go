@@ -98,7 +98,7 @@ func Secret(name string, ref config.SecretRef, o Options) (string, error) {
 		}
 		return v, nil
 	case ref.File != "":
-		path, err := expandHome(ref.File)
+		path, err := config.ExpandHome(ref.File)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", field(name, "tokenSecret.file"), err)
 		}
@@ -115,24 +115,13 @@ func Secret(name string, ref config.SecretRef, o Options) (string, error) {
 	return "", fmt.Errorf("%s: name an env variable or a file holding the token secret", field(name, "tokenSecret"))
 }
 
-func expandHome(p string) (string, error) {
-	if p != "~" && !strings.HasPrefix(p, "~/") {
-		return p, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("cannot expand %s: HOME is not set", p)
-	}
-	return home + strings.TrimPrefix(p, "~"), nil
-}
-
 // tlsConfig builds the client TLS config: system roots, or the CA file, or
 // a pinned SHA-256 fingerprint of the server certificate. Verification is
 // off only with insecureSkipVerify, and then a warning is printed.
 func tlsConfig(name string, t config.TLS, warn io.Writer) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if t.CAFile != "" {
-		path, err := expandHome(t.CAFile)
+		path, err := config.ExpandHome(t.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", field(name, "tls.caFile"), err)
 		}
