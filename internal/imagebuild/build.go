@@ -27,9 +27,9 @@ type Templater interface {
 	// Templates are the templates tagged labctl.
 	Templates(ctx context.Context) ([]hypervisor.VM, error)
 	AddTags(ctx context.Context, node string, vmid int, tags []string) error
-	// Inventory is every VM, templates included: it finds a template
-	// image-builder made that is not tagged yet.
-	Inventory(ctx context.Context) ([]hypervisor.NodeCapacity, []hypervisor.VM, error)
+	// NodeTemplates are every template on a node, tagged or not: they
+	// hold the one image-builder made before labctl tags it.
+	NodeTemplates(ctx context.Context, node string) ([]hypervisor.VM, error)
 	// Storages gives the storage type the disk format depends on.
 	Storages(ctx context.Context, node string) ([]proxmox.Storage, error)
 }
@@ -296,13 +296,13 @@ func find(ctx context.Context, tm Templater, tags []string) (*hypervisor.VM, err
 
 // named lists the templates on node called name.
 func named(ctx context.Context, tm Templater, node, name string) ([]hypervisor.VM, error) {
-	_, vms, err := tm.Inventory(ctx)
+	vms, err := tm.NodeTemplates(ctx, node)
 	if err != nil {
 		return nil, err
 	}
 	var out []hypervisor.VM
 	for _, v := range vms {
-		if v.Template && v.Node == node && v.Name == name {
+		if v.Name == name {
 			out = append(out, v)
 		}
 	}
