@@ -185,7 +185,7 @@ func build(args []string, machine bool) int {
 			_ = os.WriteFile(cp, data, 0o600)
 		}
 	}
-	vars, builder, err := load(template, files)
+	builder, err := load(template, files)
 	if err != nil {
 		u.top("error", err.Error())
 		return 1
@@ -198,7 +198,7 @@ func build(args []string, machine bool) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	id, err := proxmoxISO(ctx, u, name, vars, builder)
+	id, err := proxmoxISO(ctx, u, name, builder)
 	took := time.Since(start).Round(time.Second)
 	if ctx.Err() != nil {
 		u.build("error", name, fmt.Sprintf("Build '%s' errored after %s: build was cancelled", name, took), false)
@@ -236,18 +236,19 @@ func build(args []string, machine bool) int {
 
 // load reads a legacy JSON template's variables and its one builder, sets
 // the variables from the var files in order (later files win, as in
-// packer), and resolves {{user}} and {{env}}.
-func load(template string, files []string) (map[string]string, map[string]string, error) {
+// packer), and returns the builder's settings with {{user}} and {{env}}
+// resolved (disks[0] and network_adapters[0] as disk.* and net.*).
+func load(template string, files []string) (map[string]string, error) {
 	var tpl struct {
 		Builders  []map[string]any `json:"builders"`
 		Variables map[string]any   `json:"variables"`
 	}
 	data, err := os.ReadFile(template)
 	if err != nil {
-		return nil, nil, fmt.Errorf("Failed to parse template: %w", err)
+		return nil, fmt.Errorf("Failed to parse template: %w", err)
 	}
 	if err := json.Unmarshal(data, &tpl); err != nil || len(tpl.Builders) != 1 {
-		return nil, nil, fmt.Errorf("Failed to parse template %s: %v", template, err)
+		return nil, fmt.Errorf("Failed to parse template %s: %v", template, err)
 	}
 	vars := map[string]string{}
 	for k, v := range tpl.Variables {
@@ -259,10 +260,10 @@ func load(template string, files []string) (map[string]string, map[string]string
 		var m map[string]any
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return nil, nil, fmt.Errorf("Error reading variable file %s: %w", f, err)
+			return nil, fmt.Errorf("Error reading variable file %s: %w", f, err)
 		}
 		if err := json.Unmarshal(data, &m); err != nil {
-			return nil, nil, fmt.Errorf("Error parsing variable file %s: %w", f, err)
+			return nil, fmt.Errorf("Error parsing variable file %s: %w", f, err)
 		}
 		for k, v := range m {
 			vars[k] = fmt.Sprint(v)
@@ -275,10 +276,6 @@ func load(template string, files []string) (map[string]string, map[string]string
 		}
 		s = envRe.ReplaceAllStringFunc(s, func(m string) string { return os.Getenv(envRe.FindStringSubmatch(m)[1]) })
 		return userRe.ReplaceAllStringFunc(s, func(m string) string { return expand(vars[userRe.FindStringSubmatch(m)[1]], depth+1) })
-	}
-	resolved := map[string]string{}
-	for k, v := range vars {
-		resolved[k] = expand(v, 0)
 	}
 	builder := map[string]string{}
 	for k, v := range tpl.Builders[0] {
@@ -307,7 +304,7 @@ func load(template string, files []string) (map[string]string, map[string]string
 			}
 		}
 	}
-	return resolved, builder, nil
+	return builder, nil
 }
 
 // pve is the little of the Proxmox API the proxmox-iso builder uses here,
@@ -392,9 +389,13 @@ func (p *pve) task(ctx context.Context, node, upid string) error {
 // boots), stopped and converted to a template named template_name. A
 // cancelled build deletes the VM (the builder's cleanup). STANDIN_MODE=hang
 // waits for a signal before the VM is provisioned.
-func proxmoxISO(ctx context.Context, u *ui, name string, vars, b map[string]string) (int, error) {
+func proxmoxISO(ctx context.Context, u *ui, name string, b map[string]string) (int, error) {
 	say := func(format string, args ...any) { u.build("say", name, fmt.Sprintf(format, args...), true) }
-	p := &pve{base: strings.TrimSuffix(vars["proxmox_url"], "/"), auth: "PVEAPIToken=" + vars["username"] + "=" + vars["token"],
+	// The template passes no credentials: the plugin falls back to
+	// PROXMOX_URL, PROXMOX_USERNAME and PROXMOX_TOKEN
+	// (builder/proxmox/common/config.go Prepare).
+	url0, user, token := os.Getenv("PROXMOX_URL"), os.Getenv("PROXMOX_USERNAME"), os.Getenv("PROXMOX_TOKEN")
+	p := &pve{base: strings.TrimSuffix(url0, "/"), auth: "PVEAPIToken=" + user + "=" + token,
 		hc: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: b["insecure_skip_tls_verify"] == "true"}}}}
 	node := b["node"]
 	id, _ := strconv.Atoi(b["vm_id"])
@@ -409,7 +410,7 @@ func proxmoxISO(ctx context.Context, u *ui, name string, vars, b map[string]stri
 	say("Creating VM")
 	// A leak no real build should have, on purpose: labctl must scrub the
 	// token from whatever packer prints.
-	u.build("message", name, fmt.Sprintf("Connecting to %s as %s (token %s)", vars["proxmox_url"], vars["username"], vars["token"]), true)
+	u.build("message", name, fmt.Sprintf("Connecting to %s as %s (token %s)", url0, user, token), true)
 	size := strings.TrimSuffix(strings.TrimSuffix(b["disk.disk_size"], "G"), "g")
 	net := "virtio,bridge=" + b["net.bridge"]
 	if t := b["net.vlan_tag"]; t != "" {
