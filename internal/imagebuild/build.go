@@ -201,6 +201,7 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 	tags := img.TemplateTags()
 	name := p.vars["artifact_name"]
 	var vmid int
+	var adopted bool
 	steps := []step.Step{
 		{
 			// Checked in dry runs too; nothing to change when they are met.
@@ -223,12 +224,15 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 				if left != nil {
 					// An earlier run built it but did not tag it: take it
 					// rather than build a duplicate.
-					vmid = left.ID
-					return nil, nil
+					vmid, adopted = left.ID, true
+					return []string{fmt.Sprintf("use template %d (%s), which an earlier build left untagged, instead of building another", vmid, name)}, nil
 				}
 				return []string{fmt.Sprintf("run make %s in %s (Kubernetes %s, node %s, template %s)", p.target, p.dir, img.KubernetesVersion, node, name)}, nil
 			},
 			Apply: func(ctx context.Context) error {
+				if adopted {
+					return nil
+				}
 				id, err := p.build(ctx)
 				if err != nil {
 					return err

@@ -233,6 +233,9 @@ func TestBuildTagsAnUntaggedLeftover(t *testing.T) {
 	if _, err := os.Stat(b.varsCopy); err == nil {
 		t.Error("packer ran although the template was there")
 	}
+	if !strings.Contains(b.err.String(), "use template 105 (ubuntu-2404-kube-v1.35.4), which an earlier build left untagged") {
+		t.Errorf("stderr does not say the leftover is used:\n%s", b.err.String())
+	}
 	for _, v := range b.srv.VMs() {
 		if want := v.ID == 105; slices.Equal(v.Tags(), wantTags) != want {
 			t.Errorf("VM %d %s has tags %v", v.ID, v.Name(), v.Tags())
