@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/labctl/labctl/internal/versions"
 )
 
 // ui prints what packer 1.9.5 prints for a build, in the mode its argv
@@ -113,9 +115,10 @@ func (u *ui) build(kind, name, msg string, targeted bool) {
 func Main(argv []string) int {
 	switch filepath.Base(argv[0]) {
 	case "ansible":
-		// ansible-core 2.15's `ansible --version` first line, which
-		// ensure-ansible.sh compares with its pin (2.15.13).
-		fmt.Println("ansible [core 2.15.13]\n  config file = None\n  python version = 3.11.7")
+		// ansible-core's `ansible --version`, at the version image-builder's
+		// hack/ensure-ansible.sh asks for (hack/utils.sh, run from
+		// images/capi).
+		fmt.Printf("ansible [core %s]\n  config file = None\n", ansibleCorePin())
 		return 0
 	case "ansible-galaxy":
 		// What ansible-galaxy prints when the collections are installed;
@@ -142,7 +145,12 @@ func Main(argv []string) int {
 	}
 	switch args[0] {
 	case "version":
-		fmt.Println("Packer v1.9.5")
+		pins, err := versions.Get()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println("Packer v" + strings.TrimPrefix(pins.Packer, "v"))
 		return 0
 	case "init":
 		// The plugins are taken as installed; packer init then prints
@@ -153,6 +161,18 @@ func Main(argv []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "stand-in packer: %q is not implemented\n", args[0])
 	return 1
+}
+
+var ansiblePinRe = regexp.MustCompile(`(?m)^_version_ansible_core="([^"]+)"`)
+
+// ansibleCorePin is _version_ansible_core from hack/utils.sh in the
+// working folder (images/capi), or "unknown".
+func ansibleCorePin() string {
+	data, _ := os.ReadFile(filepath.Join("hack", "utils.sh"))
+	if m := ansiblePinRe.FindSubmatch(data); m != nil {
+		return string(m[1])
+	}
+	return "unknown"
 }
 
 var (
