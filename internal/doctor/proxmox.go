@@ -259,7 +259,8 @@ func (r *Report) checkNodeStorage(ctx context.Context, d *proxmox.Driver, hv str
 		r.add(name, Fail, strings.Join(problems, "; "))
 		return
 	}
-	r.add(name, OK, fmt.Sprintf("%s holds images; %s holds import and iso", n.Storage, n.ImageStorage))
+	vm := list[slices.IndexFunc(list, func(s proxmox.Storage) bool { return s.Name == n.Storage })]
+	r.add(name, OK, fmt.Sprintf("%s (%s, %s disks) holds images; %s holds import and iso", n.Storage, vm.Type, vm.DiskFormat(), n.ImageStorage))
 }
 
 func (r *Report) checkNodeBridge(ctx context.Context, d *proxmox.Driver, hv string, n config.PVENode) {

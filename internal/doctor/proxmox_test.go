@@ -54,6 +54,10 @@ func TestDoctorProxmoxMaxWorkersCountsStoppedVMs(t *testing.T) {
 			t.Errorf("%s: %s %s", name, c.Status, c.Detail)
 		}
 	}
+	// The storage type, and so the disk format image build picks, shows.
+	if c := check(t, r, "proxmox pve storage pv1-1"); !strings.Contains(c.Detail, "local-lvm (lvmthin, raw disks) holds images") {
+		t.Errorf("storage: %s", c.Detail)
+	}
 	// 29860 MiB × 160% = 47776; − 4096 stopped − 2048 running − 8192 for
 	// the management VM to come = 33440; − 4096 control plane = 29344;
 	// / 2048 per worker = 14.

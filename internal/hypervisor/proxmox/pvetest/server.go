@@ -243,6 +243,14 @@ func (s *Server) SetStorageContent(node, storage string, content ...string) {
 	st.Content = content
 }
 
+// AddStorage adds (or replaces) a storage of a PVE storage type (dir,
+// lvmthin, zfspool, ...) on node, accepting the content types.
+func (s *Server) AddStorage(node, storage, typ string, content ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes[node].Storages[storage] = &Storage{Name: storage, Type: typ, Content: content, Volumes: map[string]*Volume{}}
+}
+
 // ServeURL makes download-url able to fetch body from url.
 func (s *Server) ServeURL(u string, body []byte) {
 	s.mu.Lock()
