@@ -92,7 +92,7 @@ func newRealHost(t *testing.T) *realHost {
 	t.Helper()
 	img := os.Getenv("LABCTL_TEST_IMAGE")
 	if img == "" {
-		img = filepath.Join(moduleRoot(t), ".cache", "libvirt-testbed", "debian12-cloud.qcow2")
+		img = filepath.Join(moduleRoot(t), ".cache", "libvirt-testbed", "debian12-cloud-v2.qcow2")
 	}
 	if _, err := os.Stat(libvirtSock); err != nil {
 		skipOrFail(t, "libvirtd is not running ("+libvirtSock+" is missing)")
