@@ -96,11 +96,11 @@ func TestDoctorProxmoxStoppedVMsBelowMax(t *testing.T) {
 func TestDoctorProxmoxMissingPrivileges(t *testing.T) {
 	srv := pvetest.New(t)
 	ownerInventory(srv)
-	privs := slices.DeleteFunc(pvetest.AllPrivileges(), func(p string) bool { return p == "VM.GuestAgent.FileRead" || p == "VM.Clone" || p == "SDN.Use" })
+	privs := slices.DeleteFunc(pvetest.AllPrivileges(), func(p string) bool { return p == "VM.Allocate" || p == "VM.Clone" || p == "SDN.Use" })
 	srv.SetPrivileges("/", privs...)
 	r, _, _ := runPVE(t, pveLab(t, srv), "text")
 	c := check(t, r, "proxmox pve privileges")
-	for _, want := range []string{"lacks 3", "/vms VM.GuestAgent.FileRead (labctl)", "/vms VM.Clone (CAPMOX)", "/sdn/zones/localnetwork/vmbr0 SDN.Use (labctl, CAPMOX)", "pveum acl modify"} {
+	for _, want := range []string{"lacks 3", "/vms VM.Allocate (labctl, CAPMOX)", "/vms VM.Clone (CAPMOX)", "/sdn/zones/localnetwork/vmbr0 SDN.Use (labctl, CAPMOX)", "pveum acl modify"} {
 		if c.Status != Fail || !strings.Contains(c.Detail, want) {
 			t.Errorf("want %q in %s %s", want, c.Status, c.Detail)
 		}
@@ -127,7 +127,7 @@ func TestDoctorProxmoxTokenAndTLS(t *testing.T) {
 	path := pveLab(t, srv)
 	t.Setenv("PVE_TOKEN_SECRET", "wrong-secret-value")
 	r, out, errOut := runPVE(t, path, "text")
-	if c := check(t, r, "proxmox pve api"); c.Status != Fail || !strings.Contains(c.Detail, "token root@pam!labctl was rejected (401)") {
+	if c := check(t, r, "proxmox pve api"); c.Status != Fail || !strings.Contains(c.Detail, "token root@pam!labctl was refused (401)") {
 		t.Errorf("bad token: %s %s", c.Status, c.Detail)
 	}
 	if strings.Contains(out+errOut, "wrong-secret-value") {
@@ -136,7 +136,7 @@ func TestDoctorProxmoxTokenAndTLS(t *testing.T) {
 	path = labFile(t, "url: https://192.168.0.8:8006", "url: "+srv.URL,
 		"caFile: ~/.config/labctl/pve-root-ca.pem", "fingerprint: "+strings.Repeat("AB:", 31)+"AB")
 	r, _, _ = runPVE(t, path, "text")
-	if c := check(t, r, "proxmox pve api"); c.Status != Fail || !strings.Contains(c.Detail, "TLS does not hold") ||
+	if c := check(t, r, "proxmox pve api"); c.Status != Fail || !strings.Contains(c.Detail, "the certificate is not the pinned one") ||
 		!strings.Contains(c.Detail, proxmox.Fingerprint(srv.Certificate())) {
 		t.Errorf("pin mismatch: %s %s", c.Status, c.Detail)
 	}

@@ -42,7 +42,7 @@ type Guest struct {
 	authorized ssh.PublicKey
 
 	mu      sync.Mutex
-	hostKey ssh.Signer
+	hostKey func() ssh.Signer
 	files   func(path string) ([]byte, bool)
 	logins  int
 }
@@ -74,10 +74,14 @@ func Start(t testing.TB, user string, authorized ssh.PublicKey) *Guest {
 }
 
 // SetHostKey brings sshd up with the VM's host key.
-func (g *Guest) SetHostKey(s ssh.Signer) {
+func (g *Guest) SetHostKey(s ssh.Signer) { g.HostKeyFrom(func() ssh.Signer { return s }) }
+
+// HostKeyFrom asks f for the host key on each connection; nil means sshd
+// is not up yet (cloud-init has not written the key).
+func (g *Guest) HostKeyFrom(f func() ssh.Signer) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.hostKey = s
+	g.hostKey = f
 }
 
 // ServeFiles answers reads; ok false means the file does not exist.
@@ -99,8 +103,12 @@ var catRe = regexp.MustCompile(`^sudo -n cat -- '(/[^']*)'$`)
 func (g *Guest) serve(c net.Conn) {
 	defer c.Close()
 	g.mu.Lock()
-	hk := g.hostKey
+	f := g.hostKey
 	g.mu.Unlock()
+	var hk ssh.Signer
+	if f != nil {
+		hk = f()
+	}
 	if hk == nil {
 		return // sshd is not up yet
 	}
@@ -218,7 +226,7 @@ func UserDataFromSeedISO(iso []byte) ([]byte, error) {
 	return nil, errors.New("seed ISO has no user-data")
 }
 
-// UserKey makes the user's key pair as ssh-keygen -t ed25519 -N '' does:
+// UserKey makes the user's key pair as ssh-keygen -t ed25519 -N ” does:
 // the private file (0600) and the .pub beside it, in a temporary folder.
 // It returns the .pub path and the public key.
 func UserKey(t testing.TB) (string, ssh.PublicKey) {
