@@ -3,7 +3,6 @@ package integration
 import (
 	"bytes"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,33 +56,14 @@ func TestCtrlCInterruptsWait(t *testing.T) {
 // kubeconfig in dir that points at it.
 func hungAPI(t *testing.T, dir string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				_ = c.Close()
-			}
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
+	hung := testbed.StartSilent(t)
 	kubeconfig := filepath.Join(dir, "hung.kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
 kind: Config
 clusters:
 - name: hung
   cluster:
-    server: https://`+ln.Addr().String()+`
+    server: https://`+hung.Addr+`
 contexts:
 - name: hung
   context: {cluster: hung, user: hung}

@@ -112,7 +112,7 @@ func (r *Report) checkOneProxmox(ctx context.Context, o Options, lab *config.Lab
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
-	d, err := proxmox.New(h, proxmox.Options{Warn: o.IO.Err, Timeout: timeout, Retries: 2})
+	d, err := proxmox.New(h, proxmox.Options{Warn: o.IO.Err, Timeout: timeout, Retries: 2, ConnectTimeout: min(timeout, proxmox.ConnectTimeout)})
 	if err != nil {
 		r.add(prefix+" api", Fail, err.Error())
 		return

@@ -361,3 +361,38 @@ func (c countWrites) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	return c.rt.RoundTrip(r)
 }
+
+// TestUpOnProxmoxConnectsFirst: against a Proxmox URL that accepts TCP and
+// never answers, mgmt up fails in its first step, named for the Proxmox
+// API, within the connect timeout, saying what happened and what to check;
+// no later step (the cloud image) starts.
+func TestUpOnProxmoxConnectsFirst(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	b := newPVEBed(t, nil)
+	hung := testbed.StartSilent(t)
+	h := b.lab.Hypervisors[0]
+	p := *h.Proxmox
+	p.URL = "https://" + hung.Addr
+	h.Proxmox = &p
+	d, err := proxmox.New(h, proxmox.Options{Warn: &b.log, Log: &b.log, ConnectTimeout: 500 * time.Millisecond,
+		Timeout: 2 * time.Second, Backoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.drv = d
+	var out bytes.Buffer
+	io := &ui.IO{Out: &out, Err: &out}
+	u, err := NewUp(b.lab, b.drv, UpOptions{IO: io, Installer: &recordingInstaller{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = (&step.Runner{IO: io}).Run(t.Context(), u.Steps())
+	want := "connect to Proxmox API https://" + hung.Addr
+	if err == nil || !strings.HasPrefix(err.Error(), want+": Proxmox API") || !strings.Contains(err.Error(), "did not answer within 500ms") ||
+		!strings.Contains(err.Error(), "check that the URL names the PVE API") {
+		t.Fatalf("mgmt up against a silent Proxmox API = %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "✗ "+want) || strings.Contains(out.String(), "cloud image") {
+		t.Errorf("the connect step is not first, or a later step ran:\n%s", out.String())
+	}
+}

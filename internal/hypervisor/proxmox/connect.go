@@ -56,7 +56,7 @@ func (d *Driver) URL() string { return safeURL(d.cfg.URL) }
 // the token: it proves the address, TLS and the token before anything
 // else runs. It returns "PVE <version>".
 func (d *Driver) Connect(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	ctx, cancel := context.WithTimeout(ctx, d.o.ConnectTimeout)
 	defer cancel()
 	rt, ok := d.hc.Transport.(*retryTransport)
 	if !ok {
@@ -68,7 +68,7 @@ func (d *Driver) Connect(ctx context.Context) (string, error) {
 	}
 	req.Header.Set("Authorization", d.auth)
 	req.Header.Set("User-Agent", "labctl")
-	hc := &http.Client{Transport: rt.base, Timeout: ConnectTimeout}
+	hc := &http.Client{Transport: rt.base, Timeout: d.o.ConnectTimeout}
 	res, err := hc.Do(req)
 	if err != nil {
 		return "", d.classify(ctx, err)
@@ -123,9 +123,9 @@ func (d *Driver) classify(ctx context.Context, err error) error {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return d.connectError(err, "the connection was refused", "the port (PVE serves its API on 8006) and that pveproxy runs on the node (systemctl status pveproxy)")
 	case errors.As(err, &op) && op.Op == "dial":
-		return d.connectError(err, fmt.Sprintf("no connection within %s (%s)", ConnectTimeout, rootCause(err)), "the address, and that this machine reaches the node (routing, firewall, VLAN)")
+		return d.connectError(err, fmt.Sprintf("no connection within %s (%s)", d.o.ConnectTimeout, rootCause(err)), "the address, and that this machine reaches the node (routing, firewall, VLAN)")
 	case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
-		return d.connectError(err, fmt.Sprintf("it accepted the connection but did not answer within %s", ConnectTimeout),
+		return d.connectError(err, fmt.Sprintf("it accepted the connection but did not answer within %s", d.o.ConnectTimeout),
 			"that the URL names the PVE API (https, port 8006) and not another service, and that pveproxy on the node is not hung")
 	}
 	return d.connectError(err, rootCause(err), "the URL, and that pveproxy runs on the node")
