@@ -665,8 +665,8 @@ func TestCreateChecksPrerequisitesBeforeWriting(t *testing.T) {
 		crds []string
 		want []string
 	}{
-		{"no Cluster API", nil, []string{"does not serve", "Cluster (cluster.x-k8s.io/v1beta2)", "ProxmoxCluster (infrastructure.cluster.x-k8s.io/v1alpha2)", "KubeadmControlPlane"}},
-		{"no mgmt install RBAC", []string{"capi", "capmox", "ipam"}, []string{"ClusterRole " + clusterapi.SharedClusterRole + " is missing"}},
+		{"Cluster API", nil, []string{"does not serve", "Cluster (cluster.x-k8s.io/v1beta2)", "ProxmoxCluster (infrastructure.cluster.x-k8s.io/v1alpha2)", "KubeadmControlPlane"}},
+		{"the autoscaler ClusterRole", []string{"capi", "capmox", "ipam"}, []string{"ClusterRole " + clusterapi.SharedClusterRole + " is missing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := testbed.Start(t, testbed.WithCRDs(tc.crds...))
@@ -679,7 +679,7 @@ func TestCreateChecksPrerequisitesBeforeWriting(t *testing.T) {
 				err = cluster.Create(t.Context(), cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &errb, Err: &errb}, Lab: lab, Name: "lab1", Mgmt: mgmt,
 					KubeconfigDir: t.TempDir(), Timeout: 10 * time.Second, DryRun: dry})
 				if err == nil {
-					t.Fatalf("create (dry run %v) on a management cluster without %s succeeded\n%s", dry, tc.name, errb.String())
+					t.Fatalf("create (dry run %v) on a management cluster lacking %s succeeded\n%s", dry, tc.name, errb.String())
 				}
 				for _, w := range append(tc.want, "labctl mgmt install", "nothing was written") {
 					if !strings.Contains(err.Error(), w) {
