@@ -112,7 +112,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lab, _, err := config.Load(config.Request{Path: "../../examples/lab.yaml", Explicit: true})
+	lab, _, err := config.Load(context.Background(), config.Request{Path: "../../examples/lab.yaml", Explicit: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ type UpOptions struct {
 
 // Up loads the lab, opens its management hypervisor and runs the steps.
 func Up(ctx context.Context, o UpOptions) error {
-	lab, src, err := config.Load(o.Request)
+	lab, src, err := config.Load(ctx, o.Request)
 	if err != nil {
 		return err
 	}
