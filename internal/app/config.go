@@ -105,6 +105,9 @@ func ConfigView(ctx context.Context, o ConfigViewOptions) error {
 		return err
 	}
 	fmt.Fprintf(o.IO.Err, "# source: %s\n", src)
+	// Valid labs hold no credentials in URLs; this keeps a Go-built one's
+	// from showing too.
+	lab = config.Redacted(lab)
 	if o.Output == "json" {
 		return o.IO.Print("json", lab, nil)
 	}

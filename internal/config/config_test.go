@@ -445,7 +445,7 @@ func TestLoadBuiltInFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, src, err := config.Load(context.Background(), config.Request{})
-	if err == nil || src.BuiltIn || !strings.Contains(err.Error(), config.DefaultPath+": apiVersion: must be labctl.dev/v1alpha1") {
+	if err == nil || src.BuiltIn || !strings.Contains(err.Error(), config.DefaultPath+":1: apiVersion: must be labctl.dev/v1alpha1") {
 		t.Errorf("Load with a broken ./lab.yaml = %+v, %v; want its errors, not the built-in lab", src, err)
 	}
 }

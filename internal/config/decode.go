@@ -16,7 +16,8 @@ import (
 // lines maps a field path to the line it is written on.
 type lines map[string]int
 
-// lookup finds the line of path, or of its nearest written parent.
+// lookup finds the line of path, or of its nearest written parent, or
+// else of the document (the "" entry): every error points somewhere.
 func (ls lines) lookup(path string) int {
 	for path != "" {
 		if n, ok := ls[path]; ok {
@@ -28,7 +29,7 @@ func (ls lines) lookup(path string) int {
 		}
 		path = path[:i]
 	}
-	return 0
+	return ls[""]
 }
 
 var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
@@ -39,24 +40,27 @@ func decode(file string, data []byte) (*Lab, lines, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, nil, ErrorList{{File: file, Msg: "the config is empty; run 'labctl config init' to write a starter lab.yaml"}}
 	}
+	// One decoder reads the lab and then looks for a second document, so
+	// the file is parsed once.
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, nil, parseError(file, data, err)
 	}
 	if len(doc.Content) == 0 {
 		return nil, nil, ErrorList{{File: file, Msg: "the config has no YAML document; run 'labctl config init' to write a starter lab.yaml"}}
 	}
-	if err := oneDocument(file, data); err != nil {
+	if err := oneDocument(file, data, dec); err != nil {
 		return nil, nil, err
 	}
 	root := doc.Content[0]
 	// Aliases let a short file name a huge tree; a budget of visits keeps
 	// the walk linear in the size of the file.
-	w := walker{file: file, lines: lines{}, budget: 8*len(data) + 10000}
+	w := walker{file: file, lines: lines{"": root.Line}, budget: 8*len(data) + 10000}
 	w.walk(root, reflect.TypeOf(Lab{}), "")
 	if len(w.errs) > 0 {
 		w.errs.sortByLine()
-		return nil, nil, w.errs
+		return nil, nil, w.errs.capped()
 	}
 	var lab Lab
 	if err := root.Decode(&lab); err != nil {
@@ -66,14 +70,11 @@ func decode(file string, data []byte) (*Lab, lines, error) {
 	return &lab, w.lines, nil
 }
 
-// oneDocument rejects a second YAML document after the lab: yaml.Unmarshal
-// reads only the first and would silently drop the rest.
-func oneDocument(file string, data []byte) error {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var first, next yaml.Node
-	if dec.Decode(&first) != nil {
-		return nil
-	}
+// oneDocument rejects a second YAML document after the lab, which dec
+// has just read: decoding reads only the first and would silently drop the
+// rest.
+func oneDocument(file string, data []byte, dec *yaml.Decoder) error {
+	var next yaml.Node
 	err := dec.Decode(&next)
 	switch {
 	case errors.Is(err, io.EOF):
@@ -161,6 +162,26 @@ type walker struct {
 	budget int // nodes left to visit
 }
 
+// maxListEntries bounds every list in lab.yaml. A lab has a handful of
+// hypervisors, DNS servers and clusters; a thousand of anything is a
+// mistake or an attack, and the bound keeps validation quick.
+const maxListEntries = 1000
+
+// listNouns name what a list holds, for the error when it is too long.
+var listNouns = map[string]string{
+	"network.dns": "DNS servers", "hypervisors": "hypervisors", "hypervisors[].proxmox.nodes": "nodes",
+	"images": "images", "clusters": "clusters", "management.sshPublicKeys": "SSH keys",
+}
+
+// secretsChecked are fields whose values validation checks for pasted
+// secrets itself, with a message made for them; and fields where hex is
+// expected.
+var secretsChecked = map[string]bool{
+	"hypervisors[].proxmox.tokenID": true, "hypervisors[].proxmox.tokenSecret.env": true,
+	"hypervisors[].proxmox.tokenSecret.file": true, "hypervisors[].proxmox.tls.fingerprint": true,
+	"management.image.checksum": true, "management.sshPublicKeys[]": true, "management.sshPublicKeyFile": true,
+}
+
 func (w *walker) fail(n *yaml.Node, path, format string, args ...any) {
 	w.errs = append(w.errs, &Error{File: w.file, Line: n.Line, Field: path, Msg: fmt.Sprintf(format, args...)})
 }
@@ -217,6 +238,10 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 				w.fail(k, path, "field names must be plain words, got %s", describe(k))
 				continue
 			}
+			if looksSecret(k.Value) {
+				w.fail(k, path, "has a field name that looks like a secret (not shown); lab.yaml holds no secrets: keep it in an environment variable or a file and name that in a reference such as tokenSecret: {env: NAME}")
+				continue
+			}
 			child := join(path, k.Value)
 			if first, dup := seen[k.Value]; dup {
 				w.fail(k, child, "is set twice (first on line %d); keep one", first)
@@ -241,6 +266,14 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			w.fail(n, path, "must be a list, got %s", describe(n))
 			return
 		}
+		if len(n.Content) > maxListEntries {
+			noun := listNouns[index.ReplaceAllString(path, "[]")]
+			if noun == "" {
+				noun = "entries"
+			}
+			w.fail(n, path, "lists %d %s; lab.yaml takes at most %d here, so check the file is the lab you meant", len(n.Content), noun, maxListEntries)
+			return
+		}
 		for i, item := range n.Content {
 			ip := fmt.Sprintf("%s[%d]", path, i)
 			target := item
@@ -255,8 +288,11 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			w.walk(item, t.Elem(), ip)
 		}
 	case reflect.String:
-		if n.Kind != yaml.ScalarNode {
+		switch {
+		case n.Kind != yaml.ScalarNode:
 			w.fail(n, path, "must be a string, got %s", describe(n))
+		case looksSecret(n.Value) && !secretsChecked[index.ReplaceAllString(path, "[]")]:
+			w.fail(n, path, "looks like a secret (not shown); lab.yaml holds no secrets: keep it in an environment variable or a file and name that in a reference such as tokenSecret: {env: NAME}")
 		}
 	case reflect.Int:
 		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!str") {
@@ -267,9 +303,9 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		msg, noZeroHere := noZero[index.ReplaceAllString(path, "[]")]
 		switch {
 		case err != nil:
-			w.fail(n, path, "must be a whole number, got %q", n.Value)
+			w.fail(n, path, "must be a whole number, got %s", shown(n.Value))
 		case n.Tag == "!!str":
-			w.fail(n, path, "must be a whole number, got the string %q; write it without quotes", n.Value)
+			w.fail(n, path, "must be a whole number, got the string %s; write it without quotes", shown(n.Value))
 		case i == 0 && noZeroHere:
 			w.fail(n, path, "%s", msg)
 		}
@@ -292,7 +328,7 @@ func describe(n *yaml.Node) string {
 	case yaml.AliasNode:
 		return "the alias *" + n.Value
 	}
-	return strconv.Quote(n.Value)
+	return shown(n.Value)
 }
 
 func join(path, name string) string {

@@ -55,3 +55,17 @@ func (l ErrorList) sortByLine() {
 		return li < lj
 	})
 }
+
+// maxErrors is how many problems one report lists: a file broken in
+// thousands of places needs its first problems fixed, not a flood.
+const maxErrors = 50
+
+// capped is l cut to maxErrors, with a last entry saying how many more.
+func (l ErrorList) capped() ErrorList {
+	if len(l) <= maxErrors {
+		return l
+	}
+	rest := l[maxErrors:]
+	out := append(ErrorList{}, l[:maxErrors]...)
+	return append(out, &Error{File: rest[0].File, Line: rest[0].Line, Msg: fmt.Sprintf("and %d more problems from here on; fix these first", len(rest))})
+}

@@ -147,7 +147,7 @@ func Parse(file string, data []byte) (*Lab, error) {
 			e.Line = lines.lookup(e.Field)
 		}
 		errs.sortByLine()
-		return nil, errs
+		return nil, errs.capped()
 	}
 	return lab, nil
 }

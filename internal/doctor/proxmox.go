@@ -16,6 +16,7 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
+	"github.com/labctl/labctl/internal/redact"
 )
 
 // ClusterFit is CAPMOX's memory arithmetic for one workload cluster:
@@ -129,7 +130,7 @@ func (r *Report) checkOneProxmox(ctx context.Context, o Options, lab *config.Lab
 		r.add(prefix+" api", Fail, apiProblem(p, err))
 		return
 	}
-	r.add(prefix+" api", OK, fmt.Sprintf("PVE %s at %s; %s; token %s accepted", v, p.URL, tlsMode(p.TLS), p.TokenID))
+	r.add(prefix+" api", OK, fmt.Sprintf("PVE %s at %s; %s; token %s accepted", v, redact.URL(p.URL), tlsMode(p.TLS), p.TokenID))
 
 	if perms, err := d.Permissions(ctx); err != nil {
 		r.add(prefix+" privileges", Fail, err.Error())
@@ -220,7 +221,7 @@ func apiProblem(p *config.Proxmox, err error) string {
 	case errors.Is(err, pve.ErrNotAuthorized):
 		return fmt.Sprintf("the token %s was rejected (401): check tokenID and the secret it names, and that the token exists (pveum user token list)", p.TokenID)
 	}
-	return fmt.Sprintf("the API at %s is unreachable: %v", p.URL, err)
+	return fmt.Sprintf("the API at %s is unreachable: %v", redact.URL(p.URL), err)
 }
 
 func (r *Report) checkNodeStorage(ctx context.Context, d *proxmox.Driver, hv string, n config.PVENode) {

@@ -27,6 +27,7 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/redact"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
 )
@@ -283,9 +284,9 @@ func (u *UpRun) planImage(ctx context.Context) ([]string, error) {
 	}
 	check := u.image.Checksum
 	if check == "" {
-		check = "the sha256 listed in " + u.image.ChecksumURL
+		check = "the sha256 listed in " + redact.URL(u.image.ChecksumURL)
 	}
-	return []string{fmt.Sprintf("download %s, check it against %s, and put it on %s", u.image.URL, check, u.drv.Name())}, nil
+	return []string{fmt.Sprintf("download %s, check it against %s, and put it on %s", redact.URL(u.image.URL), check, u.drv.Name())}, nil
 }
 
 func (u *UpRun) applyImage(ctx context.Context) error {
