@@ -71,7 +71,7 @@ func TestInvalidConfigs(t *testing.T) {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".yaml"), func(t *testing.T) {
 			data := readFile(t, path)
 			ws := wants(data)
-			if len(ws) == 0 || !strings.HasPrefix(string(data), "# want: ") {
+			if len(ws) == 0 || !strings.HasPrefix(strings.TrimPrefix(string(data), "\ufeff"), "# want: ") {
 				t.Fatalf("%s must start with a '# want: <field path>' line", path)
 			}
 			lab, err := config.Parse("lab.yaml", data)

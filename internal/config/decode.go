@@ -110,6 +110,7 @@ func parseError(file string, data []byte, err error) error {
 			}
 		}
 		e.Msg += fmt.Sprintf("; define it with &%s before using *%s", m[1], m[1])
+		e.Field = syntaxField(data, e.Line)
 		return l
 	}
 	if strings.HasSuffix(e.Msg, "found a tab character that violates indentation") {
@@ -120,18 +121,59 @@ func parseError(file string, data []byte, err error) error {
 				break
 			}
 		}
+		e.Field = syntaxField(data, e.Line)
 		return l
 	}
 	for _, p := range yamlParserProblems {
 		if strings.HasPrefix(e.Msg, "YAML syntax error: "+p) {
 			e.Line++
-			return l
+			break
 		}
 	}
 	if e.Line == 0 {
 		e.Line = 1
 	}
+	e.Field = syntaxField(data, e.Line)
 	return l
+}
+
+// syntaxField names the field a YAML syntax error on line n sits in: the
+// last key before that line, written left of the line's indentation, in
+// the longest start of the file that still parses. "" when none is found.
+func syntaxField(data []byte, n int) string {
+	all := strings.Split(string(data), "\n")
+	if n < 1 || n > len(all) || len(data) > 1<<20 {
+		return ""
+	}
+	at := strings.TrimRight(all[n-1], "\r")
+	indent := len(at) - len(strings.TrimLeft(at, " -"))
+	for cut := n - 1; cut > 0 && cut >= n-20; cut-- {
+		var doc yaml.Node
+		if yaml.Unmarshal([]byte(strings.Join(all[:cut], "\n")), &doc) != nil || len(doc.Content) == 0 {
+			continue
+		}
+		best := ""
+		var visit func(node *yaml.Node, path string)
+		visit = func(node *yaml.Node, path string) {
+			switch node.Kind {
+			case yaml.MappingNode:
+				for i := 0; i+1 < len(node.Content); i += 2 {
+					k := node.Content[i]
+					if k.Column-1 < indent || (k.Column-1 == indent && k.Line == n) {
+						best = join(path, k.Value)
+					}
+					visit(node.Content[i+1], join(path, k.Value))
+				}
+			case yaml.SequenceNode:
+				for i, item := range node.Content {
+					visit(item, fmt.Sprintf("%s[%d]", path, i))
+				}
+			}
+		}
+		visit(doc.Content[0], "")
+		return best
+	}
+	return ""
 }
 
 func syntaxError(file string, err error) error {
@@ -176,6 +218,16 @@ var listNouns = map[string]string{
 // secretsChecked are fields whose values validation checks for pasted
 // secrets itself, with a message made for them; and fields where hex is
 // expected.
+// URL fields are checked by validation too (urls), for credentials in
+// the URL and not for a UUID in its path.
+var urlPaths = func() map[string]bool {
+	m := map[string]bool{}
+	for _, f := range urlFields(&Lab{Hypervisors: []Hypervisor{{Proxmox: &Proxmox{}, Libvirt: &Libvirt{}}}}) {
+		m[index.ReplaceAllString(f.path.String(), "[]")] = true
+	}
+	return m
+}()
+
 var secretsChecked = map[string]bool{
 	"hypervisors[].proxmox.tokenID": true, "hypervisors[].proxmox.tokenSecret.env": true,
 	"hypervisors[].proxmox.tokenSecret.file": true, "hypervisors[].proxmox.tls.fingerprint": true,
@@ -183,7 +235,7 @@ var secretsChecked = map[string]bool{
 }
 
 func (w *walker) fail(n *yaml.Node, path, format string, args ...any) {
-	w.errs = append(w.errs, &Error{File: w.file, Line: n.Line, Field: path, Msg: fmt.Sprintf(format, args...)})
+	w.errs = w.errs.collect(&Error{File: w.file, Line: n.Line, Field: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 var secretRefType = reflect.TypeOf(SecretRef{})
@@ -291,7 +343,7 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		switch {
 		case n.Kind != yaml.ScalarNode:
 			w.fail(n, path, "must be a string, got %s", describe(n))
-		case looksSecret(n.Value) && !secretsChecked[index.ReplaceAllString(path, "[]")]:
+		case looksSecret(n.Value) && !secretsChecked[index.ReplaceAllString(path, "[]")] && !urlPaths[index.ReplaceAllString(path, "[]")]:
 			w.fail(n, path, "looks like a secret (not shown); lab.yaml holds no secrets: keep it in an environment variable or a file and name that in a reference such as tokenSecret: {env: NAME}")
 		}
 	case reflect.Int:

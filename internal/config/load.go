@@ -144,7 +144,9 @@ func Parse(file string, data []byte) (*Lab, error) {
 	if errs := Validate(lab); len(errs) > 0 {
 		for _, e := range errs {
 			e.File = file
-			e.Line = lines.lookup(e.Field)
+			if e.more == 0 {
+				e.Line = lines.lookup(e.Field)
+			}
 		}
 		errs.sortByLine()
 		return nil, errs.capped()

@@ -63,7 +63,7 @@ type validator struct {
 }
 
 func (v *validator) add(p *field.Path, format string, args ...any) {
-	v.errs = append(v.errs, &Error{Field: p.String(), Msg: fmt.Sprintf(format, args...)})
+	v.errs = v.errs.collect(&Error{Field: p.String(), Msg: fmt.Sprintf(format, args...)})
 }
 
 // Validate checks a defaulted lab and returns every problem at once.
@@ -407,9 +407,9 @@ func (v *validator) management(p *field.Path) {
 	for i, k := range m.SSHPublicKeys {
 		if !strings.HasPrefix(k, "ssh-") && !strings.HasPrefix(k, "ecdsa-") && !strings.HasPrefix(k, "sk-") {
 			v.add(p.Child("sshPublicKeys").Index(i), "is not an SSH public key (ssh-ed25519 AAAA...); a private key never belongs here")
-		} else if strings.ContainsAny(strings.TrimRight(k, "\r\n"), "\r\n") {
-			// cloud-init's ssh_authorized_keys takes one key a line; the VM's cloud-init would refuse it.
-			v.add(p.Child("sshPublicKeys").Index(i), "holds more than one line; write each key as its own list entry, one line of the .pub file each")
+		} else if strings.ContainsAny(k, "\r\n") {
+			// labctl's cloud-init refuses it: ssh_authorized_keys takes one line a key.
+			v.add(p.Child("sshPublicKeys").Index(i), "holds a line break; write each key on one line as its own list entry (a YAML | block adds a newline at its end: use a plain or quoted string)")
 		} else if len(strings.Fields(k)) < 2 {
 			v.add(p.Child("sshPublicKeys").Index(i), "%q has no key after its type; paste the whole line of the .pub file", k)
 		}
