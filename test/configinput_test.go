@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/labctl/labctl/internal/testbed"
 )
 
 // hostileStart starts labctl with args and stdin, in a private HOME, and
@@ -204,4 +206,48 @@ network:
 		fmt.Fprintf(&b, "  - 172.%d.%d.%d\n", 17+i>>16, i>>8&255, i&255)
 	}
 	return b.Bytes()
+}
+
+// TestSecretInURLIsRefusedUnprinted: the lab, with the token id
+// and secret written into the Proxmox URL, validated, and config view,
+// doctor and mgmt install --dry-run then printed the secret. Every
+// command must now refuse the config, naming the field and the fix, and
+// print the secret nowhere.
+func TestSecretInURLIsRefusedUnprinted(t *testing.T) {
+	const urlSecret = "9c8b7a65-url-secret"
+	root, err := testbed.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab, err := os.ReadFile(filepath.Join(root, "examples", "lab.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withSecret := bytes.Replace(lab, []byte("url: https://192.168.0.8:8006"), []byte("url: https://user%40pam%21labctl:"+urlSecret+"@192.168.0.8:8006"), 1)
+	if bytes.Equal(withSecret, lab) {
+		t.Fatal("examples/lab.yaml has no url: https://192.168.0.8:8006 to replace")
+	}
+	path := filepath.Join(t.TempDir(), "lab.yaml")
+	if err := os.WriteFile(path, withSecret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"config", "validate"}, {"config", "view"}, {"config", "view", "-o", "json"}, {"doctor"},
+		{"mgmt", "install", "--dry-run"}, {"mgmt", "install", "--dry-run", "-o", "yaml"}, {"mgmt", "up", "--dry-run"},
+		{"cluster", "create", "lab1", "--dry-run", "-o", "yaml"}, {"image", "build", "--dry-run"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			r := runEnv(t, nil, append(args, "-c", path)...)
+			out := r.stdout + r.stderr
+			if r.code != 1 {
+				t.Errorf("exit %d, want 1\n%s", r.code, out)
+			}
+			if strings.Contains(out, urlSecret) {
+				t.Errorf("the secret in the URL was printed:\n%s", out)
+			}
+			if !strings.Contains(out, "hypervisors[0].proxmox.url") || !strings.Contains(out, "tokenSecret") {
+				t.Errorf("the error does not name the field and the fix:\n%s", out)
+			}
+		})
+	}
 }

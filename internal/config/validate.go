@@ -213,7 +213,8 @@ func (v *validator) proxmox(p *field.Path, px *Proxmox) {
 	case strings.Contains(px.TokenID, "="):
 		v.add(p.Child("tokenID"), "must not contain the token secret; write only user@realm!tokenname and put the secret in tokenSecret.env or tokenSecret.file")
 	case !tokenIDRe.MatchString(px.TokenID):
-		v.add(p.Child("tokenID"), "%s is not user@realm!tokenname, e.g. root@pam!labctl", shown(px.TokenID))
+		// Not quoted: a malformed token id is often one with the secret pasted into it.
+		v.add(p.Child("tokenID"), "is not user@realm!tokenname, e.g. root@pam!labctl; write only the token's id there, and the secret in tokenSecret")
 	}
 	v.secretRef(p.Child("tokenSecret"), px.TokenSecret)
 	tp := p.Child("tls")
@@ -276,7 +277,8 @@ func (v *validator) secretRef(p *field.Path, s SecretRef) {
 	case strings.HasPrefix(s.Env, "$"):
 		v.add(p.Child("env"), "%q: write the variable's name without the $, e.g. %s", s.Env, strings.Trim(s.Env, "${}"))
 	case s.Env != "" && !envNameRe.MatchString(s.Env):
-		v.add(p.Child("env"), "%q is not an environment variable name; it names the variable, it is not the secret", s.Env)
+		// Not quoted: what is no variable name may well be the secret.
+		v.add(p.Child("env"), "is not an environment variable name (letters, digits and _, not starting with a digit); it names the variable, it is not the secret")
 	case looksSecret(s.File):
 		v.add(p.Child("file"), "looks like the secret itself (not shown); name the file that holds it, e.g. ~/.config/labctl/pve-token")
 	}
