@@ -502,9 +502,10 @@ func (v *validator) imageList(p *field.Path) {
 		} else if v.images[img.Name] == nil {
 			v.images[img.Name] = &v.lab.Images[i]
 		}
-		if h := v.placement(ip.Child("hypervisor"), ip.Child("node"), img.Hypervisor, img.Node); h != nil && h.Proxmox == nil {
-			// imagebuild drives image-builder's Proxmox builder only.
-			v.add(ip.Child("hypervisor"), "%s is a libvirt host, and labctl builds images on Proxmox VE only for now ('image build' would refuse it); name a Proxmox hypervisor, or drop the image", h.Name)
+		if h := v.placement(ip.Child("hypervisor"), ip.Child("node"), img.Hypervisor, img.Node); h != nil {
+			if why := ImagesOn(h); why != "" {
+				v.add(ip.Child("hypervisor"), "%s", why)
+			}
 		}
 		if !oneOf(img.OS, imageOSes) {
 			v.add(ip.Child("os"), "%q is not supported; use one of %s", img.OS, strings.Join(imageOSes, ", "))
@@ -533,13 +534,23 @@ func (v *validator) kubeVersion(p *field.Path, s string) bool {
 	return true
 }
 
-// clustersOn says why workload clusters cannot run on hypervisor h, or ""
+// ClustersOn says why workload clusters cannot run on hypervisor h, or ""
 // when they can. This is the one place that keeps clusters off libvirt
 // hosts: labctl renders CAPMOX objects only, so 'cluster create' could not
-// make them. Issue 16 (a Cluster API provider for libvirt) lifts it here.
-func clustersOn(h *Hypervisor) string {
+// make them. Validation and the renderer both ask it; issue 16 (a Cluster
+// API provider for libvirt) lifts it here.
+func ClustersOn(h *Hypervisor) string {
 	if h.Proxmox == nil {
 		return fmt.Sprintf("%s is a libvirt host, and workload clusters run on Proxmox VE (CAPMOX) only for now ('cluster create' would refuse it); name a Proxmox hypervisor", h.Name)
+	}
+	return ""
+}
+
+// ImagesOn says why node images cannot be built on hypervisor h, or ""
+// when they can: image build drives image-builder's Proxmox builder only.
+func ImagesOn(h *Hypervisor) string {
+	if h.Proxmox == nil {
+		return fmt.Sprintf("%s is a libvirt host, and labctl builds images on Proxmox VE only for now ('image build' would refuse it); name a Proxmox hypervisor, or drop the image", h.Name)
 	}
 	return ""
 }
@@ -567,7 +578,7 @@ func (v *validator) clusters(p *field.Path) {
 		names[c.Name] = true
 		h := v.placement(cp.Child("hypervisor"), nil, c.Hypervisor, "")
 		if h != nil {
-			if why := clustersOn(h); why != "" {
+			if why := ClustersOn(h); why != "" {
 				v.add(cp.Child("hypervisor"), "%s", why)
 				h = nil
 			}
