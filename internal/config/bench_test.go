@@ -11,7 +11,8 @@ import (
 // BenchmarkValidateDNS validates the owner's lab with n distinct DNS
 // servers, straight through Validate (no decode bound in the way). Every
 // duplicate check is a map lookup, so the time grows with n, not n².
-// Before: 30,000 servers took 5.3 s and 100,000 took 24 s.
+// On the 2-core test machine, before (list scans): 1000 took 30 ms and
+// 30,000 took 10.3 s; after: 1.8 ms, 97 ms, and 340 ms for 100,000.
 func BenchmarkValidateDNS(b *testing.B) {
 	base, err := config.Parse("lab.yaml", readFile(b, labExample))
 	if err != nil {
@@ -32,7 +33,9 @@ func BenchmarkValidateDNS(b *testing.B) {
 }
 
 // BenchmarkParseBigDNSList is 'config validate' on a 1.8 MB file listing
-// 100,000 DNS servers: read, decode and the refusal of the list.
+// 100,000 DNS servers: read, decode and the refusal of the list. Before,
+// the file parsed twice and validated for about two minutes, and was
+// accepted; after, it is refused in 0.55 s.
 func BenchmarkParseBigDNSList(b *testing.B) {
 	data := bytes.Replace(readFile(b, labExample), []byte("  dns:\n    - 192.168.4.1\n"), dnsBlock(100000), 1)
 	if bytes.Equal(data, readFile(b, labExample)) {
