@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +15,8 @@ import (
 
 // clusterOptions loads lab.yaml, checks the cluster is in it (when named)
 // and connects to the management cluster.
-func (g *Globals) clusterOptions(name string, needCluster bool, f changeFlags) (cluster.Options, error) {
-	lab, _, err := config.Load(g.configRequest())
+func (g *Globals) clusterOptions(ctx context.Context, name string, needCluster bool, f changeFlags) (cluster.Options, error) {
+	lab, _, err := config.Load(ctx, g.configRequest())
 	if err != nil {
 		return cluster.Options{}, err
 	}
@@ -69,13 +70,13 @@ right, and never touches the worker count the autoscaler chose.
 				if !create.DryRun {
 					return usageError{errors.New("-o yaml/json prints the objects; use it with --dry-run")}
 				}
-				lab, _, err := config.Load(g.configRequest())
+				lab, _, err := config.Load(cmd.Context(), g.configRequest())
 				if err != nil {
 					return err
 				}
 				return cluster.PrintObjects(g.IO, lab, args[0], createOut)
 			}
-			o, err := g.clusterOptions(args[0], true, create)
+			o, err := g.clusterOptions(cmd.Context(), args[0], true, create)
 			if err != nil {
 				return err
 			}
@@ -94,7 +95,7 @@ next 'cluster create' sets the bounds written there again.`,
 		Example: "  labctl cluster scale lab1 --min 0 --max 5",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o, err := g.clusterOptions(args[0], false, scale)
+			o, err := g.clusterOptions(cmd.Context(), args[0], false, scale)
 			if err != nil {
 				return err
 			}
@@ -122,7 +123,7 @@ next 'cluster create' sets the bounds written there again.`,
 Cluster API has removed its machines. Asks first unless --yes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o, err := g.clusterOptions(args[0], false, del)
+			o, err := g.clusterOptions(cmd.Context(), args[0], false, del)
 			if err != nil {
 				return err
 			}
@@ -138,7 +139,7 @@ Cluster API has removed its machines. Asks first unless --yes.`,
 			if err := checkOutput(listOut); err != nil {
 				return err
 			}
-			o, err := g.clusterOptions("", false, changeFlags{})
+			o, err := g.clusterOptions(cmd.Context(), "", false, changeFlags{})
 			if err != nil {
 				return err
 			}
@@ -167,7 +168,7 @@ tree. It reads only; no secret is printed.`,
 			if err := checkOutput(describeOut); err != nil {
 				return err
 			}
-			o, err := g.clusterOptions(args[0], false, changeFlags{})
+			o, err := g.clusterOptions(cmd.Context(), args[0], false, changeFlags{})
 			if err != nil {
 				return err
 			}
@@ -188,7 +189,7 @@ Cluster API keeps) on stdout, or write it with mode 0600 to --file.`,
 		Example: "  labctl cluster kubeconfig lab1 > lab1.kubeconfig\n  labctl cluster kubeconfig lab1 --file ~/.kube/lab1",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o, err := g.clusterOptions(args[0], false, changeFlags{})
+			o, err := g.clusterOptions(cmd.Context(), args[0], false, changeFlags{})
 			if err != nil {
 				return err
 			}

@@ -51,7 +51,7 @@ Exits 0 when valid, 1 when not.`,
 		Example: "  labctl config validate -c examples/lab.yaml\n  labctl config view | labctl config validate -c -",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			err := app.ConfigValidate(app.ConfigValidateOptions{IO: g.IO, Request: g.configRequest()})
+			err := app.ConfigValidate(cmd.Context(), app.ConfigValidateOptions{IO: g.IO, Request: g.configRequest()})
 			if errors.Is(err, app.ErrInvalid) {
 				return codeError{exitError}
 			}
@@ -75,7 +75,7 @@ be saved or piped back in; which source was read goes to stderr.`,
 			if err := checkOutput(viewOut); err != nil {
 				return err
 			}
-			return app.ConfigView(app.ConfigViewOptions{IO: g.IO, Request: g.configRequest(), Output: viewOut})
+			return app.ConfigView(cmd.Context(), app.ConfigViewOptions{IO: g.IO, Request: g.configRequest(), Output: viewOut})
 		},
 	}
 	viewCmd.Flags().StringVarP(&viewOut, "output", "o", "yaml", "output format: yaml or json")

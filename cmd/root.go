@@ -20,11 +20,18 @@ import (
 
 // Exit codes.
 const (
-	exitOK          = 0
-	exitError       = 1
-	exitUsage       = 2 // bad flags and arguments
-	exitInterrupted = 130
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2 // bad flags and arguments
+	// A signal ends labctl with 128 + its number, as a shell reports a
+	// process the signal killed: 130 for SIGINT (Ctrl-C), 143 for SIGTERM.
+	exitInterrupted = 128 + int(syscall.SIGINT)
 )
+
+// signalled is why Main's context ends: the signal that arrived.
+type signalled struct{ sig syscall.Signal }
+
+func (s signalled) Error() string { return "interrupted by " + s.sig.String() }
 
 // usageError is a mistake in how labctl was called.
 type usageError struct{ error }
@@ -43,8 +50,16 @@ type Globals struct {
 
 // Main runs labctl with the process's arguments and returns the exit code.
 func Main() int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		if s, ok := (<-sigs).(syscall.Signal); ok {
+			cancel(signalled{s})
+		}
+	}()
 	kube.CancelDialsOn(ctx)
 	return Run(ctx, ui.System(), os.Args[1:])
 }
@@ -60,7 +75,12 @@ func Run(ctx context.Context, io *ui.IO, args []string) int {
 	var code codeError
 	switch {
 	case ctx.Err() != nil:
-		// Whatever the command made of it, Ctrl-C ends with the same code.
+		// Whatever the command made of it, a signal ends with its own code.
+		var sig signalled
+		if errors.As(context.Cause(ctx), &sig) && sig.sig != syscall.SIGINT {
+			fmt.Fprintf(io.Err, "Error: interrupted (%s)\n", sig.sig)
+			return 128 + int(sig.sig)
+		}
 		fmt.Fprintln(io.Err, "Error: interrupted")
 		return exitInterrupted
 	case errors.As(err, &code):

@@ -42,7 +42,7 @@ timeline stopped. The workload is always removed, also on Ctrl-C.`,
 				return usageError{fmt.Errorf("--scenario %q: must be one of up, down, from-zero, all", scenario)}
 			}
 			name := args[0]
-			lab, _, err := config.Load(g.configRequest())
+			lab, _, err := config.Load(cmd.Context(), g.configRequest())
 			if err != nil {
 				return err
 			}
@@ -71,7 +71,7 @@ timeline stopped. The workload is always removed, also on Ctrl-C.`,
 				}
 				return nil
 			}
-			o, err := g.clusterOptions(name, false, change)
+			o, err := g.clusterOptions(cmd.Context(), name, false, change)
 			if err != nil {
 				return err
 			}

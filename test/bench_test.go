@@ -12,6 +12,7 @@ package integration
 // file per component, in the same run.
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -61,7 +62,7 @@ func BenchmarkMgmtInstallNoop(b *testing.B) {
 func renderPerComponent(b *testing.B, labPath string) string {
 	b.Helper()
 	b.Setenv("PVE_TOKEN_SECRET", secret)
-	lab, _, err := config.Load(config.Request{Path: labPath, Explicit: true})
+	lab, _, err := config.Load(context.Background(), config.Request{Path: labPath, Explicit: true})
 	if err != nil {
 		b.Fatal(err)
 	}

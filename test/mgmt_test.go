@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"os"
@@ -28,7 +29,7 @@ func labFile(t testing.TB, repoURL string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lab, _, err := config.Load(config.Request{Path: filepath.Join(root, "examples", "lab.yaml"), Explicit: true})
+	lab, _, err := config.Load(context.Background(), config.Request{Path: filepath.Join(root, "examples", "lab.yaml"), Explicit: true})
 	if err != nil {
 		t.Fatal(err)
 	}

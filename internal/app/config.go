@@ -3,6 +3,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -71,8 +72,8 @@ type ConfigValidateOptions struct {
 var ErrInvalid = errors.New("lab config is invalid")
 
 // ConfigValidate loads the config and prints every problem, or a one-line OK.
-func ConfigValidate(o ConfigValidateOptions) error {
-	lab, src, err := config.Load(o.Request)
+func ConfigValidate(ctx context.Context, o ConfigValidateOptions) error {
+	lab, src, err := config.Load(ctx, o.Request)
 	if err != nil {
 		var list config.ErrorList
 		if errors.As(err, &list) {
@@ -98,12 +99,15 @@ type ConfigViewOptions struct {
 
 // ConfigView prints the defaulted config. Secrets appear only as the
 // references lab.yaml holds, so the output can be fed back in.
-func ConfigView(o ConfigViewOptions) error {
-	lab, src, err := config.Load(o.Request)
+func ConfigView(ctx context.Context, o ConfigViewOptions) error {
+	lab, src, err := config.Load(ctx, o.Request)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(o.IO.Err, "# source: %s\n", src)
+	// Valid labs hold no credentials in URLs; this keeps a Go-built one's
+	// from showing too.
+	lab = config.Redacted(lab)
 	if o.Output == "json" {
 		return o.IO.Print("json", lab, nil)
 	}

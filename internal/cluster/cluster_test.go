@@ -112,7 +112,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lab, _, err := config.Load(config.Request{Path: "../../examples/lab.yaml", Explicit: true})
+	lab, _, err := config.Load(context.Background(), config.Request{Path: "../../examples/lab.yaml", Explicit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -655,7 +655,7 @@ func newMachineSet(t *testing.T, c client.Client, md *unstructured.Unstructured)
 // install' makes, create fails naming what is missing and the fix, and
 // writes nothing: no Namespace lab1 is left behind.
 func TestCreateChecksPrerequisitesBeforeWriting(t *testing.T) {
-	lab, _, err := config.Load(config.Request{Path: "../../examples/lab.yaml", Explicit: true})
+	lab, _, err := config.Load(context.Background(), config.Request{Path: "../../examples/lab.yaml", Explicit: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"testing"
 
 	authv1 "k8s.io/api/authorization/v1"
@@ -27,7 +28,7 @@ func TestAutoscalerRBACAllowsScaling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lab, _, err := config.Load(config.Request{Path: "../../examples/lab.yaml", Explicit: true})
+	lab, _, err := config.Load(context.Background(), config.Request{Path: "../../examples/lab.yaml", Explicit: true})
 	if err != nil {
 		t.Fatal(err)
 	}

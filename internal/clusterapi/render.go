@@ -134,13 +134,17 @@ type renderer struct {
 
 func (r *renderer) render() (*Rendered, error) {
 	c := r.c
-	for _, h := range r.in.Lab.Hypervisors {
-		if h.Name == c.Hypervisor {
+	for i := range r.in.Lab.Hypervisors {
+		if h := &r.in.Lab.Hypervisors[i]; h.Name == c.Hypervisor {
+			// Validation refuses this already; the rule is config's.
+			if why := config.ClustersOn(h); why != "" {
+				return nil, fmt.Errorf("cluster %s: %s", c.Name, why)
+			}
 			r.px = h.Proxmox
 		}
 	}
 	if r.px == nil {
-		return nil, fmt.Errorf("cluster %s: hypervisor %q is not a Proxmox endpoint; workload clusters run on Proxmox (CAPMOX) only for now", c.Name, c.Hypervisor)
+		return nil, fmt.Errorf("cluster %s: lab.yaml has no hypervisor named %q", c.Name, c.Hypervisor)
 	}
 	if len(r.in.SSHKeys) == 0 {
 		return nil, fmt.Errorf("cluster %s: no SSH public key to put on the nodes; set management.sshPublicKeys or management.sshPublicKeyFile", c.Name)

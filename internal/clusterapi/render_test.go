@@ -2,6 +2,7 @@ package clusterapi_test
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -24,7 +25,7 @@ const ownerKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m
 
 func load(t testing.TB, path string) *config.Lab {
 	t.Helper()
-	lab, _, err := config.Load(config.Request{Path: path, Explicit: true})
+	lab, _, err := config.Load(context.Background(), config.Request{Path: path, Explicit: true})
 	if err != nil {
 		t.Fatalf("loading %s: %v", path, err)
 	}

@@ -3,6 +3,7 @@ package components_test
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/base64"
 	"io"
 	"os"
@@ -22,7 +23,7 @@ const secret = "0d7c2b1e-components-test-secret"
 
 func load(t *testing.T, path string) *config.Lab {
 	t.Helper()
-	lab, _, err := config.Load(config.Request{Path: path, Explicit: true})
+	lab, _, err := config.Load(context.Background(), config.Request{Path: path, Explicit: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -70,7 +71,7 @@ func TestInvalidConfigs(t *testing.T) {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".yaml"), func(t *testing.T) {
 			data := readFile(t, path)
 			ws := wants(data)
-			if len(ws) == 0 || !strings.HasPrefix(string(data), "# want: ") {
+			if len(ws) == 0 || !strings.HasPrefix(strings.TrimPrefix(string(data), "\ufeff"), "# want: ") {
 				t.Fatalf("%s must start with a '# want: <field path>' line", path)
 			}
 			lab, err := config.Parse("lab.yaml", data)
@@ -98,7 +99,7 @@ func TestInvalidConfigs(t *testing.T) {
 // error names the file it read.
 func TestInvalidConfigViaLoad(t *testing.T) {
 	path := "testdata/invalid/cluster-workers-max-below-min.yaml"
-	_, src, err := config.Load(config.Request{Path: path, Explicit: true})
+	_, src, err := config.Load(context.Background(), config.Request{Path: path, Explicit: true})
 	if err == nil {
 		t.Fatal("Load accepted a broken config")
 	}
@@ -120,7 +121,7 @@ func TestValidConfigs(t *testing.T) {
 	files = append(files, labExample, localExample)
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			lab, src, err := config.Load(config.Request{Path: path, Explicit: true})
+			lab, src, err := config.Load(context.Background(), config.Request{Path: path, Explicit: true})
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
@@ -231,7 +232,7 @@ func TestRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lab2, _, err := config.Load(config.Request{Path: "-", Stdin: bytes.NewReader(out1)})
+			lab2, _, err := config.Load(context.Background(), config.Request{Path: "-", Stdin: bytes.NewReader(out1)})
 			if err != nil {
 				t.Fatalf("the marshalled config does not load again: %v\n%s", err, out1)
 			}
@@ -427,7 +428,7 @@ func TestLoadBuiltInFallback(t *testing.T) {
 		{Path: "missing.yaml"},             // not named by the user
 		{Path: "missing.yaml", Stdin: nil}, // same, with no stdin
 	} {
-		lab, src, err := config.Load(req)
+		lab, src, err := config.Load(context.Background(), req)
 		if err != nil {
 			t.Fatalf("Load(%+v): %v", req, err)
 		}
@@ -443,8 +444,8 @@ func TestLoadBuiltInFallback(t *testing.T) {
 	if err := os.WriteFile("lab.yaml", []byte("kind: Lab\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, src, err := config.Load(config.Request{})
-	if err == nil || src.BuiltIn || !strings.Contains(err.Error(), config.DefaultPath+": apiVersion: must be labctl.dev/v1alpha1") {
+	_, src, err := config.Load(context.Background(), config.Request{})
+	if err == nil || src.BuiltIn || !strings.Contains(err.Error(), config.DefaultPath+":1: apiVersion: must be labctl.dev/v1alpha1") {
 		t.Errorf("Load with a broken ./lab.yaml = %+v, %v; want its errors, not the built-in lab", src, err)
 	}
 }
@@ -452,7 +453,7 @@ func TestLoadBuiltInFallback(t *testing.T) {
 // TestLoadExplicitMissing: a config the user named must exist.
 func TestLoadExplicitMissing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nope.yaml")
-	lab, src, err := config.Load(config.Request{Path: path, Explicit: true})
+	lab, src, err := config.Load(context.Background(), config.Request{Path: path, Explicit: true})
 	if err == nil || lab != nil {
 		t.Fatalf("Load of a missing explicit config = %v, %v; want an error", lab, err)
 	}
@@ -468,7 +469,7 @@ func TestLoadExplicitMissing(t *testing.T) {
 
 // TestLoadStdin covers -c -.
 func TestLoadStdin(t *testing.T) {
-	lab, src, err := config.Load(config.Request{Path: "-", Explicit: true, Stdin: bytes.NewReader(readFile(t, labExample))})
+	lab, src, err := config.Load(context.Background(), config.Request{Path: "-", Explicit: true, Stdin: bytes.NewReader(readFile(t, labExample))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,22 +478,22 @@ func TestLoadStdin(t *testing.T) {
 	}
 
 	broken := readFile(t, "testdata/invalid/network-vlan-5000.yaml")
-	_, _, err = config.Load(config.Request{Path: "-", Stdin: bytes.NewReader(broken)})
+	_, _, err = config.Load(context.Background(), config.Request{Path: "-", Stdin: bytes.NewReader(broken)})
 	if err == nil || !regexp.MustCompile(`^stdin:\d+: network\.vlan: `).MatchString(err.Error()) {
 		t.Errorf("error = %v, want stdin:<line>: network.vlan: ...", err)
 	}
 
-	_, _, err = config.Load(config.Request{Path: "-", Stdin: strings.NewReader("")})
+	_, _, err = config.Load(context.Background(), config.Request{Path: "-", Stdin: strings.NewReader("")})
 	if err == nil || !strings.Contains(err.Error(), "stdin: the config is empty") {
 		t.Errorf("empty stdin: error = %v", err)
 	}
 
-	_, _, err = config.Load(config.Request{Path: "-"})
+	_, _, err = config.Load(context.Background(), config.Request{Path: "-"})
 	if err == nil || !strings.Contains(err.Error(), "stdin") {
 		t.Errorf("no stdin: error = %v", err)
 	}
 
-	_, _, err = config.Load(config.Request{Path: "-", Stdin: failingReader{}})
+	_, _, err = config.Load(context.Background(), config.Request{Path: "-", Stdin: failingReader{}})
 	if err == nil || !strings.Contains(err.Error(), "reading lab config from stdin") {
 		t.Errorf("failing stdin: error = %v", err)
 	}
@@ -506,7 +507,7 @@ func (failingReader) Read([]byte) (int, error) { return 0, errors.New("broken pi
 // a silent fall back.
 func TestLoadUnreadable(t *testing.T) {
 	dir := t.TempDir()
-	_, src, err := config.Load(config.Request{Path: dir})
+	_, src, err := config.Load(context.Background(), config.Request{Path: dir})
 	if err == nil || src.BuiltIn || !strings.Contains(err.Error(), "reading lab config") {
 		t.Errorf("Load(directory) = %+v, %v", src, err)
 	}

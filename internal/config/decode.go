@@ -16,7 +16,8 @@ import (
 // lines maps a field path to the line it is written on.
 type lines map[string]int
 
-// lookup finds the line of path, or of its nearest written parent.
+// lookup finds the line of path, or of its nearest written parent, or
+// else of the document (the "" entry): every error points somewhere.
 func (ls lines) lookup(path string) int {
 	for path != "" {
 		if n, ok := ls[path]; ok {
@@ -28,7 +29,7 @@ func (ls lines) lookup(path string) int {
 		}
 		path = path[:i]
 	}
-	return 0
+	return ls[""]
 }
 
 var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
@@ -39,24 +40,27 @@ func decode(file string, data []byte) (*Lab, lines, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, nil, ErrorList{{File: file, Msg: "the config is empty; run 'labctl config init' to write a starter lab.yaml"}}
 	}
+	// One decoder reads the lab and then looks for a second document, so
+	// the file is parsed once.
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, nil, parseError(file, data, err)
 	}
 	if len(doc.Content) == 0 {
 		return nil, nil, ErrorList{{File: file, Msg: "the config has no YAML document; run 'labctl config init' to write a starter lab.yaml"}}
 	}
-	if err := oneDocument(file, data); err != nil {
+	if err := oneDocument(file, data, dec); err != nil {
 		return nil, nil, err
 	}
 	root := doc.Content[0]
 	// Aliases let a short file name a huge tree; a budget of visits keeps
 	// the walk linear in the size of the file.
-	w := walker{file: file, lines: lines{}, budget: 8*len(data) + 10000}
+	w := walker{file: file, lines: lines{"": root.Line}, budget: 8*len(data) + 10000}
 	w.walk(root, reflect.TypeOf(Lab{}), "")
 	if len(w.errs) > 0 {
 		w.errs.sortByLine()
-		return nil, nil, w.errs
+		return nil, nil, w.errs.capped()
 	}
 	var lab Lab
 	if err := root.Decode(&lab); err != nil {
@@ -66,14 +70,11 @@ func decode(file string, data []byte) (*Lab, lines, error) {
 	return &lab, w.lines, nil
 }
 
-// oneDocument rejects a second YAML document after the lab: yaml.Unmarshal
-// reads only the first and would silently drop the rest.
-func oneDocument(file string, data []byte) error {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var first, next yaml.Node
-	if dec.Decode(&first) != nil {
-		return nil
-	}
+// oneDocument rejects a second YAML document after the lab, which dec
+// has just read: decoding reads only the first and would silently drop the
+// rest.
+func oneDocument(file string, data []byte, dec *yaml.Decoder) error {
+	var next yaml.Node
 	err := dec.Decode(&next)
 	switch {
 	case errors.Is(err, io.EOF):
@@ -109,6 +110,7 @@ func parseError(file string, data []byte, err error) error {
 			}
 		}
 		e.Msg += fmt.Sprintf("; define it with &%s before using *%s", m[1], m[1])
+		e.Field = syntaxField(data, e.Line)
 		return l
 	}
 	if strings.HasSuffix(e.Msg, "found a tab character that violates indentation") {
@@ -119,18 +121,59 @@ func parseError(file string, data []byte, err error) error {
 				break
 			}
 		}
+		e.Field = syntaxField(data, e.Line)
 		return l
 	}
 	for _, p := range yamlParserProblems {
 		if strings.HasPrefix(e.Msg, "YAML syntax error: "+p) {
 			e.Line++
-			return l
+			break
 		}
 	}
 	if e.Line == 0 {
 		e.Line = 1
 	}
+	e.Field = syntaxField(data, e.Line)
 	return l
+}
+
+// syntaxField names the field a YAML syntax error on line n sits in: the
+// last key before that line, written left of the line's indentation, in
+// the longest start of the file that still parses. "" when none is found.
+func syntaxField(data []byte, n int) string {
+	all := strings.Split(string(data), "\n")
+	if n < 1 || n > len(all) || len(data) > 1<<20 {
+		return ""
+	}
+	at := strings.TrimRight(all[n-1], "\r")
+	indent := len(at) - len(strings.TrimLeft(at, " -"))
+	for cut := n - 1; cut > 0 && cut >= n-20; cut-- {
+		var doc yaml.Node
+		if yaml.Unmarshal([]byte(strings.Join(all[:cut], "\n")), &doc) != nil || len(doc.Content) == 0 {
+			continue
+		}
+		best := ""
+		var visit func(node *yaml.Node, path string)
+		visit = func(node *yaml.Node, path string) {
+			switch node.Kind {
+			case yaml.MappingNode:
+				for i := 0; i+1 < len(node.Content); i += 2 {
+					k := node.Content[i]
+					if k.Column-1 < indent || (k.Column-1 == indent && k.Line == n) {
+						best = join(path, k.Value)
+					}
+					visit(node.Content[i+1], join(path, k.Value))
+				}
+			case yaml.SequenceNode:
+				for i, item := range node.Content {
+					visit(item, fmt.Sprintf("%s[%d]", path, i))
+				}
+			}
+		}
+		visit(doc.Content[0], "")
+		return best
+	}
+	return ""
 }
 
 func syntaxError(file string, err error) error {
@@ -161,8 +204,38 @@ type walker struct {
 	budget int // nodes left to visit
 }
 
+// maxListEntries bounds every list in lab.yaml. A lab has a handful of
+// hypervisors, DNS servers and clusters; a thousand of anything is a
+// mistake or an attack, and the bound keeps validation quick.
+const maxListEntries = 1000
+
+// listNouns name what a list holds, for the error when it is too long.
+var listNouns = map[string]string{
+	"network.dns": "DNS servers", "hypervisors": "hypervisors", "hypervisors[].proxmox.nodes": "nodes",
+	"images": "images", "clusters": "clusters", "management.sshPublicKeys": "SSH keys",
+}
+
+// secretsChecked are fields whose values validation checks for pasted
+// secrets itself, with a message made for them; and fields where hex is
+// expected.
+// URL fields are checked by validation too (urls), for credentials in
+// the URL and not for a UUID in its path.
+var urlPaths = func() map[string]bool {
+	m := map[string]bool{}
+	for _, f := range urlFields(&Lab{Hypervisors: []Hypervisor{{Proxmox: &Proxmox{}, Libvirt: &Libvirt{}}}}) {
+		m[index.ReplaceAllString(f.path.String(), "[]")] = true
+	}
+	return m
+}()
+
+var secretsChecked = map[string]bool{
+	"hypervisors[].proxmox.tokenID": true, "hypervisors[].proxmox.tokenSecret.env": true,
+	"hypervisors[].proxmox.tokenSecret.file": true, "hypervisors[].proxmox.tls.fingerprint": true,
+	"management.image.checksum": true, "management.sshPublicKeys[]": true, "management.sshPublicKeyFile": true,
+}
+
 func (w *walker) fail(n *yaml.Node, path, format string, args ...any) {
-	w.errs = append(w.errs, &Error{File: w.file, Line: n.Line, Field: path, Msg: fmt.Sprintf(format, args...)})
+	w.errs = w.errs.collect(&Error{File: w.file, Line: n.Line, Field: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 var secretRefType = reflect.TypeOf(SecretRef{})
@@ -217,6 +290,10 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 				w.fail(k, path, "field names must be plain words, got %s", describe(k))
 				continue
 			}
+			if looksSecret(k.Value) {
+				w.fail(k, path, "has a field name that looks like a secret (not shown); lab.yaml holds no secrets: keep it in an environment variable or a file and name that in a reference such as tokenSecret: {env: NAME}")
+				continue
+			}
 			child := join(path, k.Value)
 			if first, dup := seen[k.Value]; dup {
 				w.fail(k, child, "is set twice (first on line %d); keep one", first)
@@ -241,6 +318,14 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			w.fail(n, path, "must be a list, got %s", describe(n))
 			return
 		}
+		if len(n.Content) > maxListEntries {
+			noun := listNouns[index.ReplaceAllString(path, "[]")]
+			if noun == "" {
+				noun = "entries"
+			}
+			w.fail(n, path, "lists %d %s; lab.yaml takes at most %d here, so check the file is the lab you meant", len(n.Content), noun, maxListEntries)
+			return
+		}
 		for i, item := range n.Content {
 			ip := fmt.Sprintf("%s[%d]", path, i)
 			target := item
@@ -255,8 +340,11 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			w.walk(item, t.Elem(), ip)
 		}
 	case reflect.String:
-		if n.Kind != yaml.ScalarNode {
+		switch {
+		case n.Kind != yaml.ScalarNode:
 			w.fail(n, path, "must be a string, got %s", describe(n))
+		case looksSecret(n.Value) && !secretsChecked[index.ReplaceAllString(path, "[]")] && !urlPaths[index.ReplaceAllString(path, "[]")]:
+			w.fail(n, path, "looks like a secret (not shown); lab.yaml holds no secrets: keep it in an environment variable or a file and name that in a reference such as tokenSecret: {env: NAME}")
 		}
 	case reflect.Int:
 		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!str") {
@@ -267,9 +355,9 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		msg, noZeroHere := noZero[index.ReplaceAllString(path, "[]")]
 		switch {
 		case err != nil:
-			w.fail(n, path, "must be a whole number, got %q", n.Value)
+			w.fail(n, path, "must be a whole number, got %s", shown(n.Value))
 		case n.Tag == "!!str":
-			w.fail(n, path, "must be a whole number, got the string %q; write it without quotes", n.Value)
+			w.fail(n, path, "must be a whole number, got the string %s; write it without quotes", shown(n.Value))
 		case i == 0 && noZeroHere:
 			w.fail(n, path, "%s", msg)
 		}
@@ -292,7 +380,7 @@ func describe(n *yaml.Node) string {
 	case yaml.AliasNode:
 		return "the alias *" + n.Value
 	}
-	return strconv.Quote(n.Value)
+	return shown(n.Value)
 }
 
 func join(path, name string) string {

@@ -12,6 +12,8 @@ type Error struct {
 	Line  int    // 0 when the field is absent from the file
 	Field string // field path, e.g. clusters[0].workers.max
 	Msg   string // what is wrong and the fix
+
+	more int // problems this entry stands for besides itself (see collect)
 }
 
 func (e *Error) Error() string {
@@ -54,4 +56,41 @@ func (l ErrorList) sortByLine() {
 		}
 		return li < lj
 	})
+}
+
+// maxErrors is how many problems one report lists: a file broken in
+// thousands of places needs its first problems fixed, not a flood.
+const maxErrors = 50
+
+// maxCollected is how many problems are kept before sorting by line;
+// beyond it they are only counted, so a hostile file costs no memory.
+const maxCollected = 1000
+
+// collect appends e to l, or counts it once l holds maxCollected.
+func (l ErrorList) collect(e *Error) ErrorList {
+	if len(l) < maxCollected {
+		return append(l, e)
+	}
+	if last := l[len(l)-1]; last.more > 0 {
+		last.more++
+		return l
+	}
+	return append(l, &Error{File: e.File, Msg: "more problems were found", more: 1})
+}
+
+// capped is l cut to maxErrors, with a last entry saying how many more.
+func (l ErrorList) capped() ErrorList {
+	if len(l) <= maxErrors {
+		return l
+	}
+	rest := l[maxErrors:]
+	n := 0
+	for _, e := range rest {
+		n++
+		if e.more > 0 {
+			n += e.more - 1 // the "more problems" entry is no problem itself
+		}
+	}
+	out := append(ErrorList{}, l[:maxErrors]...)
+	return append(out, &Error{File: rest[0].File, Line: rest[0].Line, Msg: fmt.Sprintf("and %d more problems from here on; fix these first", n)})
 }

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -37,7 +38,7 @@ func FuzzLoad(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, data []byte) {
-		lab, src, err := config.Load(config.Request{Path: "-", Stdin: bytes.NewReader(data)})
+		lab, src, err := config.Load(context.Background(), config.Request{Path: "-", Stdin: bytes.NewReader(data)})
 		if src.Name != "stdin" {
 			t.Fatalf("source = %+v, want stdin", src)
 		}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -40,42 +41,92 @@ type Request struct {
 	Stdin    io.Reader
 }
 
-// Load reads, defaults and validates a lab config.
-func Load(req Request) (*Lab, Source, error) {
-	data, src, err := read(req)
-	if err != nil {
-		return nil, src, err
+// MaxSize bounds a lab config. The owner's lab is 3 KiB; 4 MiB leaves room
+// for any real lab, and keeps '-c /dev/zero' or a runaway pipe from reading
+// until memory runs out.
+const MaxSize = 4 << 20
+
+// Load reads, defaults and validates a lab config. ctx ends the wait: a
+// FIFO with no writer, or stdin that never closes, blocks in the kernel,
+// so the read runs on its own goroutine and Load returns as soon as ctx is
+// done (the process is then on its way out; the blocked read goes with it).
+func Load(ctx context.Context, req Request) (*Lab, Source, error) {
+	type result struct {
+		lab *Lab
+		src Source
+		err error
 	}
-	lab, err := Parse(src.Name, data)
-	return lab, src, err
+	done := make(chan result, 1)
+	go func() {
+		data, src, err := read(req)
+		if err != nil {
+			done <- result{nil, src, err}
+			return
+		}
+		lab, err := Parse(src.Name, data)
+		done <- result{lab, src, err}
+	}()
+	select {
+	case r := <-done:
+		return r.lab, r.src, r.err
+	case <-ctx.Done():
+		src := requested(req)
+		return nil, src, fmt.Errorf("reading lab config %s: %w", src, context.Cause(ctx))
+	}
+}
+
+// requested is the source req names, before anything is read.
+func requested(req Request) Source {
+	switch {
+	case req.Path == "-":
+		return Source{Name: "stdin"}
+	case req.Path == "":
+		return Source{Name: DefaultPath}
+	}
+	return Source{Name: req.Path}
 }
 
 func read(req Request) ([]byte, Source, error) {
 	if req.Path == "-" {
+		src := Source{Name: "stdin"}
 		if req.Stdin == nil {
-			return nil, Source{Name: "stdin"}, errors.New("reading lab config from stdin: no input")
+			return nil, src, errors.New("reading lab config from stdin: no input")
 		}
-		data, err := io.ReadAll(req.Stdin)
+		data, err := readBounded(req.Stdin, src.Name)
 		if err != nil {
-			return nil, Source{Name: "stdin"}, fmt.Errorf("reading lab config from stdin: %w", err)
+			return nil, src, fmt.Errorf("reading lab config from stdin: %w", err)
 		}
-		return data, Source{Name: "stdin"}, nil
+		return data, src, nil
 	}
-	path := req.Path
-	if path == "" {
-		path = DefaultPath
-	}
-	data, err := os.ReadFile(path)
+	src := requested(req)
+	f, err := os.Open(src.Name)
 	switch {
-	case err == nil:
-		return data, Source{Name: path}, nil
 	case errors.Is(err, fs.ErrNotExist) && !req.Explicit:
 		data, err := embedded.FS.ReadFile(builtinExample)
 		return data, Source{Name: "built-in local-kvm example", BuiltIn: true}, err
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, Source{Name: path}, fmt.Errorf("lab config %s does not exist; run 'labctl config init -c %s' to write one", path, path)
+		return nil, src, fmt.Errorf("lab config %s does not exist; run 'labctl config init -c %s' to write one", src, src)
+	case err != nil:
+		return nil, src, fmt.Errorf("reading lab config: %w", err)
 	}
-	return nil, Source{Name: path}, fmt.Errorf("reading lab config: %w", err)
+	defer f.Close()
+	data, err := readBounded(f, src.Name)
+	if err != nil {
+		return nil, src, fmt.Errorf("reading lab config: %w", err)
+	}
+	return data, src, nil
+}
+
+// readBounded reads r to its end, or fails once it passes MaxSize.
+func readBounded(r io.Reader, name string) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxSize {
+		return nil, fmt.Errorf("%s is larger than %d MiB; a lab config is a few KiB, so check that -c names the right file", name, MaxSize>>20)
+	}
+	return data, nil
 }
 
 // Parse decodes, defaults and validates one lab document. file names it in
@@ -93,10 +144,12 @@ func Parse(file string, data []byte) (*Lab, error) {
 	if errs := Validate(lab); len(errs) > 0 {
 		for _, e := range errs {
 			e.File = file
-			e.Line = lines.lookup(e.Field)
+			if e.more == 0 {
+				e.Line = lines.lookup(e.Field)
+			}
 		}
 		errs.sortByLine()
-		return nil, errs
+		return nil, errs.capped()
 	}
 	return lab, nil
 }

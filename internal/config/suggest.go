@@ -13,19 +13,20 @@ func suggest(name string, known map[string]reflect.Type) string {
 		if strings.EqualFold(k, name) {
 			return k
 		}
-		if d := distance(strings.ToLower(name), strings.ToLower(k)); d < bestDist || (d == bestDist && k < best) {
+		if d := distance([]rune(strings.ToLower(name)), []rune(strings.ToLower(k))); d < bestDist || (d == bestDist && k < best) {
 			best, bestDist = k, d
 		}
 	}
-	// Short names need a closer match, or "vm" would suggest "os".
-	if bestDist > max(1, len(name)/3) {
+	// Short names need a closer match, or "vm" would suggest "os". Runes,
+	// not bytes: a look-alike letter (Cyrillic і in kind) is one edit.
+	if bestDist > max(1, len([]rune(name))/3) {
 		return ""
 	}
 	return best
 }
 
 // distance is the Levenshtein distance between a and b.
-func distance(a, b string) int {
+func distance(a, b []rune) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {

@@ -5,12 +5,15 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/labctl/labctl/internal/redact"
 )
 
 // Bounds that come from the pinned stack.
@@ -27,8 +30,6 @@ var (
 	fingerprintRe = regexp.MustCompile(`^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$`)
 	sha256Re      = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	envNameRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	// secretLike is a Proxmox token secret (a UUID) or another long hex key.
-	secretLike    = regexp.MustCompile(`^(?i:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{24,})$`)
 	kubeVersionRe = regexp.MustCompile(`^v1\.(\d+)\.(\d+)$`)
 	k3sVersionRe  = regexp.MustCompile(`^v1\.\d+\.\d+\+k3s\d+$`)
 	ciliumRe      = regexp.MustCompile(`^\d+\.\d+\.\d+$`)
@@ -52,21 +53,23 @@ type validator struct {
 
 	subnet  netip.Prefix // network.cidr, when valid
 	hvs     map[string]*Hypervisor
-	images  map[string]bool
-	ranges  []ipRange // node IP ranges of earlier clusters
-	rangeOf []string  // their paths
-	vips    []netip.Addr
-	vipOf   []string          // the clusters' paths
-	vmids   map[string]string // hypervisor/vmid of the VMs labctl creates: their paths
+	nodes   map[string]map[string]*PVENode // Proxmox node by name, by hypervisor
+	images  map[string]*Image              // the first image of each name
+	ranges  []ipRange                      // node IP ranges of earlier clusters
+	rangeOf []string                       // their paths
+	vips    map[netip.Addr]string          // VIPs of earlier clusters: their paths
+	vmids   map[string]string              // hypervisor/vmid of the VMs labctl creates: their paths
+	lan     []lanAddr                      // lanAddrs, once worked out
 }
 
 func (v *validator) add(p *field.Path, format string, args ...any) {
-	v.errs = append(v.errs, &Error{Field: p.String(), Msg: fmt.Sprintf(format, args...)})
+	v.errs = v.errs.collect(&Error{Field: p.String(), Msg: fmt.Sprintf(format, args...)})
 }
 
 // Validate checks a defaulted lab and returns every problem at once.
 func Validate(lab *Lab) ErrorList {
-	v := &validator{lab: lab, hvs: map[string]*Hypervisor{}, images: map[string]bool{}, vmids: map[string]string{}}
+	v := &validator{lab: lab, hvs: map[string]*Hypervisor{}, nodes: map[string]map[string]*PVENode{},
+		images: map[string]*Image{}, vips: map[netip.Addr]string{}, vmids: map[string]string{}}
 	if lab.APIVersion != APIVersion {
 		v.add(field.NewPath("apiVersion"), "must be %s, got %q", APIVersion, lab.APIVersion)
 	}
@@ -76,6 +79,7 @@ func Validate(lab *Lab) ErrorList {
 	v.name(field.NewPath("metadata", "name"), lab.Metadata.Name)
 	v.network(field.NewPath("network"))
 	v.hypervisors(field.NewPath("hypervisors"))
+	v.urls()
 	v.management(field.NewPath("management"))
 	v.imageList(field.NewPath("images"))
 	v.clusters(field.NewPath("clusters"))
@@ -117,11 +121,15 @@ func (v *validator) network(p *field.Path) {
 	if len(n.DNS) == 0 {
 		v.add(p.Child("dns"), "needs at least one DNS server, e.g. [%s]", orExample(n.Gateway, "192.168.4.1"))
 	}
+	first := make(map[netip.Addr]int, len(n.DNS))
 	for i, d := range n.DNS {
-		if a, err := netip.ParseAddr(d); err != nil || !a.Is4() {
+		a, err := netip.ParseAddr(d)
+		if err != nil || !a.Is4() {
 			v.add(p.Child("dns").Index(i), "%q is not an IPv4 address", d)
-		} else if j := indexOf(n.DNS[:i], d); j >= 0 {
+		} else if j, dup := first[a]; dup {
 			v.add(p.Child("dns").Index(i), "%s is listed twice (also dns[%d])", d, j)
+		} else {
+			first[a] = i
 		}
 	}
 }
@@ -177,6 +185,14 @@ func (v *validator) hypervisors(p *field.Path) {
 			v.add(hp, "sets both proxmox and libvirt; a hypervisor is one or the other")
 		case h.Proxmox != nil:
 			v.proxmox(hp.Child("proxmox"), h.Proxmox)
+			if _, dup := v.nodes[h.Name]; !dup {
+				v.nodes[h.Name] = map[string]*PVENode{}
+				for j := range h.Proxmox.Nodes {
+					if n := &h.Proxmox.Nodes[j]; v.nodes[h.Name][n.Name] == nil {
+						v.nodes[h.Name][n.Name] = n
+					}
+				}
+			}
 		case h.Libvirt != nil:
 			v.libvirt(hp.Child("libvirt"), h.Libvirt)
 		default:
@@ -189,7 +205,7 @@ func (v *validator) proxmox(p *field.Path, px *Proxmox) {
 	if u, err := url.Parse(px.URL); px.URL == "" {
 		v.add(p.Child("url"), "is required, e.g. https://192.168.0.8:8006")
 	} else if err != nil || u.Scheme != "https" || u.Hostname() == "" || !validPort(u.Port()) {
-		v.add(p.Child("url"), "%q must be an https URL such as https://192.168.0.8:8006", px.URL)
+		v.add(p.Child("url"), "%q must be an https URL such as https://192.168.0.8:8006", redact.URL(px.URL))
 	}
 	switch {
 	case px.TokenID == "":
@@ -197,7 +213,8 @@ func (v *validator) proxmox(p *field.Path, px *Proxmox) {
 	case strings.Contains(px.TokenID, "="):
 		v.add(p.Child("tokenID"), "must not contain the token secret; write only user@realm!tokenname and put the secret in tokenSecret.env or tokenSecret.file")
 	case !tokenIDRe.MatchString(px.TokenID):
-		v.add(p.Child("tokenID"), "%q is not user@realm!tokenname, e.g. root@pam!labctl", px.TokenID)
+		// Not quoted: a malformed token id is often one with the secret pasted into it.
+		v.add(p.Child("tokenID"), "is not user@realm!tokenname, e.g. root@pam!labctl; write only the token's id there, and the secret in tokenSecret")
 	}
 	v.secretRef(p.Child("tokenSecret"), px.TokenSecret)
 	tp := p.Child("tls")
@@ -253,14 +270,17 @@ func (v *validator) secretRef(p *field.Path, s SecretRef) {
 		v.add(p, "is required: name where the secret is kept, {env: PVE_TOKEN_SECRET} or {file: ~/.config/labctl/pve-token}")
 	case s.Env != "" && s.File != "":
 		v.add(p, "sets both env and file; pick one")
+	case looksSecret(s.Env) && !envNameRe.MatchString(s.Env):
+		v.add(p.Child("env"), "is not an environment variable name: it looks like the secret itself (not shown); name the variable that holds it, e.g. PVE_TOKEN_SECRET")
+	case looksSecret(s.Env):
+		v.add(p.Child("env"), "looks like the secret itself (not shown); name the variable that holds it, e.g. PVE_TOKEN_SECRET")
 	case strings.HasPrefix(s.Env, "$"):
 		v.add(p.Child("env"), "%q: write the variable's name without the $, e.g. %s", s.Env, strings.Trim(s.Env, "${}"))
 	case s.Env != "" && !envNameRe.MatchString(s.Env):
-		v.add(p.Child("env"), "%q is not an environment variable name; it names the variable, it is not the secret", s.Env)
-	case secretLike.MatchString(s.Env):
-		v.add(p.Child("env"), "looks like the secret itself; name the variable that holds it, e.g. PVE_TOKEN_SECRET")
-	case secretLike.MatchString(s.File):
-		v.add(p.Child("file"), "looks like the secret itself; name the file that holds it, e.g. ~/.config/labctl/pve-token")
+		// Not quoted: what is no variable name may well be the secret.
+		v.add(p.Child("env"), "is not an environment variable name (letters, digits and _, not starting with a digit); it names the variable, it is not the secret")
+	case looksSecret(s.File):
+		v.add(p.Child("file"), "looks like the secret itself (not shown); name the file that holds it, e.g. ~/.config/labctl/pve-token")
 	}
 }
 
@@ -270,11 +290,11 @@ func (v *validator) libvirt(p *field.Path, lv *Libvirt) {
 	case lv.URI == "":
 		v.add(p.Child("uri"), "is required, e.g. qemu:///system or qemu+ssh://user@host/system")
 	case err != nil || (u.Scheme != "qemu" && u.Scheme != "qemu+ssh" && u.Scheme != "qemu+tls" && u.Scheme != "test"):
-		v.add(p.Child("uri"), "%q must be a qemu:///system, qemu+ssh://user@host/system or qemu+tls://host/system URI", lv.URI)
+		v.add(p.Child("uri"), "%q must be a qemu:///system, qemu+ssh://user@host/system or qemu+tls://host/system URI", redact.URL(lv.URI))
 	case u.Scheme != "qemu" && u.Scheme != "test" && u.Host == "":
-		v.add(p.Child("uri"), "%q names no host; write %s://user@host/system", lv.URI, u.Scheme)
+		v.add(p.Child("uri"), "%q names no host; write %s://user@host/system", redact.URL(lv.URI), u.Scheme)
 	case u.Scheme != "test" && u.Path != "/system" && u.Path != "/session":
-		v.add(p.Child("uri"), "%q must end in /system or /session", lv.URI)
+		v.add(p.Child("uri"), "%q must end in /system or /session", redact.URL(lv.URI))
 	}
 	if lv.Network != "" && lv.Bridge != "" {
 		v.add(p, "sets both network and bridge; VMs attach to one of them")
@@ -284,15 +304,6 @@ func (v *validator) libvirt(p *field.Path, lv *Libvirt) {
 	if lv.DomainType != "" && !oneOf(lv.DomainType, domainTypes) {
 		v.add(p.Child("domainType"), "must be kvm or qemu, got %q", lv.DomainType)
 	}
-}
-
-func indexOf(list []string, s string) int {
-	for i, x := range list {
-		if x == s {
-			return i
-		}
-	}
-	return -1
 }
 
 func oneOf(s string, list []string) bool {
@@ -321,7 +332,7 @@ func (v *validator) placement(hp, np *field.Path, hypervisor, node string) *Hype
 	if h.Proxmox != nil && np != nil && len(h.Proxmox.Nodes) > 0 {
 		if node == "" {
 			v.add(np, "is required: the Proxmox node, one of %s", strings.Join(nodeNames(h.Proxmox), ", "))
-		} else if !hasNode(h.Proxmox, node) {
+		} else if !v.hasNode(h, node) {
 			v.add(np, "unknown node %q on hypervisor %s; it has: %s", node, h.Name, strings.Join(nodeNames(h.Proxmox), ", "))
 		}
 	}
@@ -347,13 +358,9 @@ func nodeNames(px *Proxmox) []string {
 	return names
 }
 
-func hasNode(px *Proxmox, name string) bool {
-	for _, n := range px.Nodes {
-		if n.Name == name {
-			return true
-		}
-	}
-	return false
+// hasNode reports whether Proxmox hypervisor h lists node name.
+func (v *validator) hasNode(h *Hypervisor, name string) bool {
+	return v.nodes[h.Name][name] != nil
 }
 
 // uniqueVMID checks that no two VMs labctl creates on one hypervisor share
@@ -402,6 +409,9 @@ func (v *validator) management(p *field.Path) {
 	for i, k := range m.SSHPublicKeys {
 		if !strings.HasPrefix(k, "ssh-") && !strings.HasPrefix(k, "ecdsa-") && !strings.HasPrefix(k, "sk-") {
 			v.add(p.Child("sshPublicKeys").Index(i), "is not an SSH public key (ssh-ed25519 AAAA...); a private key never belongs here")
+		} else if strings.ContainsAny(k, "\r\n") {
+			// labctl's cloud-init refuses it: ssh_authorized_keys takes one line a key.
+			v.add(p.Child("sshPublicKeys").Index(i), "holds a line break; write each key on one line as its own list entry (a YAML | block adds a newline at its end: use a plain or quoted string)")
 		} else if len(strings.Fields(k)) < 2 {
 			v.add(p.Child("sshPublicKeys").Index(i), "%q has no key after its type; paste the whole line of the .pub file", k)
 		}
@@ -418,7 +428,7 @@ func (v *validator) stack(p *field.Path, s Stack) {
 		{"cilium", s.ChartRepos.Cilium},
 	} {
 		if u, err := url.Parse(r.url); r.url != "" && (err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "") {
-			v.add(p.Child("chartRepos", r.name), "%q must be the http(s) URL of a Helm chart repository (the folder holding index.yaml)", r.url)
+			v.add(p.Child("chartRepos", r.name), "%q must be the http(s) URL of a Helm chart repository (the folder holding index.yaml)", redact.URL(r.url))
 		}
 	}
 	if s.Libvirt.Enabled && s.Libvirt.FetchURL == "" && s.OfflineDir == "" {
@@ -436,14 +446,14 @@ func (v *validator) stack(p *field.Path, s Stack) {
 			v.add(fp, "is set but %s.enabled is not; set enabled: true or drop fetchURL", o.name)
 		}
 		if u, err := url.Parse(o.p.FetchURL); err != nil || u.Scheme != "https" || u.Host == "" {
-			v.add(fp, "%q must be an https URL of the provider's releases, e.g. https://github.com/OWNER/REPO/releases", o.p.FetchURL)
+			v.add(fp, "%q must be an https URL of the provider's releases, e.g. https://github.com/OWNER/REPO/releases", redact.URL(o.p.FetchURL))
 		}
 	}
 }
 
 func (v *validator) cloudImage(p *field.Path, img CloudImage) {
 	if u, err := url.Parse(img.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		v.add(p.Child("url"), "%q must be an http(s) URL of a cloud image", img.URL)
+		v.add(p.Child("url"), "%q must be an http(s) URL of a cloud image", redact.URL(img.URL))
 	}
 	switch {
 	case img.Checksum == "" && img.ChecksumURL == "":
@@ -454,7 +464,7 @@ func (v *validator) cloudImage(p *field.Path, img CloudImage) {
 		v.add(p.Child("checksum"), "must be sha256: followed by 64 lowercase hex digits")
 	case img.ChecksumURL != "":
 		if u, err := url.Parse(img.ChecksumURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			v.add(p.Child("checksumURL"), "%q must be an http(s) URL of a SHA256SUMS file", img.ChecksumURL)
+			v.add(p.Child("checksumURL"), "%q must be an http(s) URL of a SHA256SUMS file", redact.URL(img.ChecksumURL))
 		}
 	}
 }
@@ -487,11 +497,16 @@ func (v *validator) imageList(p *field.Path) {
 	for i, img := range v.lab.Images {
 		ip := p.Index(i)
 		v.name(ip.Child("name"), img.Name)
-		if v.images[img.Name] && img.Name != "" {
+		if v.images[img.Name] != nil && img.Name != "" {
 			v.add(ip.Child("name"), "duplicate image name %q", img.Name)
+		} else if v.images[img.Name] == nil {
+			v.images[img.Name] = &v.lab.Images[i]
 		}
-		v.images[img.Name] = true
-		v.placement(ip.Child("hypervisor"), ip.Child("node"), img.Hypervisor, img.Node)
+		if h := v.placement(ip.Child("hypervisor"), ip.Child("node"), img.Hypervisor, img.Node); h != nil {
+			if why := ImagesOn(h); why != "" {
+				v.add(ip.Child("hypervisor"), "%s", why)
+			}
+		}
 		if !oneOf(img.OS, imageOSes) {
 			v.add(ip.Child("os"), "%q is not supported; use one of %s", img.OS, strings.Join(imageOSes, ", "))
 		}
@@ -519,13 +534,40 @@ func (v *validator) kubeVersion(p *field.Path, s string) bool {
 	return true
 }
 
+// ClustersOn says why workload clusters cannot run on hypervisor h, or ""
+// when they can. This is the one place that keeps clusters off libvirt
+// hosts: labctl renders CAPMOX objects only, so 'cluster create' could not
+// make them. Validation and the renderer both ask it; issue 16 (a Cluster
+// API provider for libvirt) lifts it here.
+func ClustersOn(h *Hypervisor) string {
+	if h.Proxmox == nil {
+		return fmt.Sprintf("%s is a libvirt host, and workload clusters run on Proxmox VE (CAPMOX) only for now ('cluster create' would refuse it); name a Proxmox hypervisor", h.Name)
+	}
+	return ""
+}
+
+// ImagesOn says why node images cannot be built on hypervisor h, or ""
+// when they can: image build drives image-builder's Proxmox builder only.
+func ImagesOn(h *Hypervisor) string {
+	if h.Proxmox == nil {
+		return fmt.Sprintf("%s is a libvirt host, and labctl builds images on Proxmox VE only for now ('image build' would refuse it); name a Proxmox hypervisor, or drop the image", h.Name)
+	}
+	return ""
+}
+
 func (v *validator) clusters(p *field.Path) {
 	names := map[string]bool{}
 	// Addresses in use that VIPs and node ranges must stay clear of.
-	taken := v.lanAddrs()
-	if mgmtIP, err := netip.ParseAddr(v.lab.Management.IP); err == nil {
-		taken = append(taken, lanAddr{"the management VM's IP", mgmtIP})
+	taken := map[netip.Addr]string{}
+	for _, a := range v.lanAddrs() {
+		taken[a.addr] = a.what
 	}
+	if mgmtIP, err := netip.ParseAddr(v.lab.Management.IP); err == nil {
+		if _, ok := taken[mgmtIP]; !ok {
+			taken[mgmtIP] = "the management VM's IP"
+		}
+	}
+	sortedTaken := sortedAddrs(taken)
 	for i := range v.lab.Clusters {
 		c := &v.lab.Clusters[i]
 		cp := p.Index(i)
@@ -535,20 +577,22 @@ func (v *validator) clusters(p *field.Path) {
 		}
 		names[c.Name] = true
 		h := v.placement(cp.Child("hypervisor"), nil, c.Hypervisor, "")
-		if h != nil && h.Proxmox != nil && len(h.Proxmox.Nodes) > 0 {
-			for j, n := range c.AllowedNodes {
-				if !hasNode(h.Proxmox, n) {
-					v.add(cp.Child("allowedNodes").Index(j), "unknown node %q on hypervisor %s; it has: %s", n, h.Name, strings.Join(nodeNames(h.Proxmox), ", "))
-				} else if k := indexOf(c.AllowedNodes[:j], n); k >= 0 {
-					v.add(cp.Child("allowedNodes").Index(j), "%s is listed twice (also allowedNodes[%d])", n, k)
-				}
+		if h != nil {
+			if why := ClustersOn(h); why != "" {
+				v.add(cp.Child("hypervisor"), "%s", why)
+				h = nil
 			}
+		}
+		if h != nil && len(h.Proxmox.Nodes) > 0 {
+			v.allowedNodes(cp, c, h)
 		}
 		versionOK := v.kubeVersion(cp.Child("kubernetesVersion"), c.KubernetesVersion)
 
 		// Control plane and workers.
 		r := c.ControlPlane.Replicas
-		if r < 1 || r%2 == 0 {
+		if r != 1 && r != 3 && r != 5 {
+			// etcd needs an odd count for quorum; above 5 members every
+			// write waits on more peers for no gain in a lab.
 			v.add(cp.Child("controlPlane", "replicas"), "must be an odd number (1, 3 or 5) so etcd keeps quorum, got %d", r)
 		}
 		v.size(cp.Child("controlPlane", "size"), c.ControlPlane.Size, 2, 2<<30)
@@ -568,19 +612,14 @@ func (v *validator) clusters(p *field.Path) {
 		// Addresses: the VIP, the node range, pod and service CIDRs.
 		vip, vipOK := v.hostIP(cp.Child("controlPlane", "endpoint"), c.ControlPlane.Endpoint, true)
 		if vipOK {
-			for _, a := range taken {
-				if a.addr == vip {
-					v.add(cp.Child("controlPlane", "endpoint"), "%s is %s; the VIP needs an address of its own", vip, a.what)
-					break
-				}
+			if what, ok := taken[vip]; ok {
+				v.add(cp.Child("controlPlane", "endpoint"), "%s is %s; the VIP needs an address of its own", vip, what)
 			}
-			for j, other := range v.vips {
-				if other == vip {
-					v.add(cp.Child("controlPlane", "endpoint"), "%s is also the endpoint of %s; each cluster needs its own VIP", vip, v.vipOf[j])
-				}
+			if other, ok := v.vips[vip]; ok {
+				v.add(cp.Child("controlPlane", "endpoint"), "%s is also the endpoint of %s; each cluster needs its own VIP", vip, other)
+			} else {
+				v.vips[vip] = cp.String()
 			}
-			v.vips = append(v.vips, vip)
-			v.vipOf = append(v.vipOf, cp.String())
 		}
 		rp := cp.Child("nodeIPRange")
 		rng, rngOK := v.ipRange(rp, c.NodeIPRange)
@@ -591,10 +630,8 @@ func (v *validator) clusters(p *field.Path) {
 			if vipOK && rng.contains(vip) {
 				v.add(cp.Child("controlPlane", "endpoint"), "%s is inside nodeIPRange %s; the VIP must be outside the range nodes get their addresses from", vip, c.NodeIPRange)
 			}
-			for _, a := range taken {
-				if rng.contains(a.addr) {
-					v.add(rp, "contains %s %s; nodes would take that address, so move the range", a.what, a.addr)
-				}
+			for _, a := range addrsIn(sortedTaken, rng.first, rng.last) {
+				v.add(rp, "contains %s %s; nodes would take that address, so move the range", taken[a], a)
 			}
 			for j, other := range v.ranges {
 				if rng.overlaps(other) {
@@ -607,13 +644,13 @@ func (v *validator) clusters(p *field.Path) {
 		pod := v.cidr(cp.Child("podCIDR"), c.PodCIDR)
 		svc := v.cidr(cp.Child("serviceCIDR"), c.ServiceCIDR)
 		if pod.IsValid() && v.subnet.IsValid() && pod.Overlaps(v.subnet) {
-			v.add(cp.Child("podCIDR"), "%s overlaps the lab network %s; pick a range outside it, e.g. 10.244.0.0/16", pod, v.subnet)
+			v.add(cp.Child("podCIDR"), "%s overlaps the lab network %s; pick a range outside it, e.g. %s", pod, v.subnet, v.freeCIDR(DefaultPodCIDR, svc))
 		}
 		if svc.IsValid() && v.subnet.IsValid() && svc.Overlaps(v.subnet) {
-			v.add(cp.Child("serviceCIDR"), "%s overlaps the lab network %s; pick a range outside it, e.g. 10.96.0.0/12", svc, v.subnet)
+			v.add(cp.Child("serviceCIDR"), "%s overlaps the lab network %s; pick a range outside it, e.g. %s", svc, v.subnet, v.freeCIDR(DefaultServiceCIDR, pod))
 		}
 		if pod.IsValid() && svc.IsValid() && pod.Overlaps(svc) {
-			v.add(cp.Child("serviceCIDR"), "%s overlaps podCIDR %s", svc, pod)
+			v.add(cp.Child("serviceCIDR"), "%s overlaps podCIDR %s; pick a range clear of it, e.g. %s", svc, pod, v.freeCIDR(DefaultServiceCIDR, pod))
 		}
 		if pod.IsValid() && pod.Bits() > 24 {
 			v.add(cp.Child("podCIDR"), "%s is too small: each node takes a /24; use /16", pod)
@@ -631,9 +668,117 @@ func (v *validator) clusters(p *field.Path) {
 	v.vipsOutsideRanges(p)
 }
 
+// allowedNodes checks clusters[].allowedNodes against hypervisor h: each
+// a node of it, once, and all on one bridge and storage, because the
+// cluster's ProxmoxMachineTemplates name one of each.
+func (v *validator) allowedNodes(cp *field.Path, c *Cluster, h *Hypervisor) {
+	first := map[string]int{}
+	for j, n := range c.AllowedNodes {
+		ap := cp.Child("allowedNodes").Index(j)
+		if !v.hasNode(h, n) {
+			v.add(ap, "unknown node %q on hypervisor %s; it has: %s", n, h.Name, strings.Join(nodeNames(h.Proxmox), ", "))
+		} else if k, dup := first[n]; dup {
+			v.add(ap, "%s is listed twice (also allowedNodes[%d])", n, k)
+		} else {
+			first[n] = j
+		}
+	}
+	nodes, whose := c.AllowedNodes, "its allowedNodes"
+	if len(nodes) == 0 {
+		// CAPMOX may then place machines on any node of the hypervisor.
+		nodes, whose = nodeNames(h.Proxmox), "the nodes of hypervisor "+h.Name+" (it sets no allowedNodes)"
+	}
+	var base *PVENode
+	for _, name := range nodes {
+		n := v.nodes[h.Name][name]
+		switch {
+		case n == nil:
+		case base == nil:
+			base = n
+		case n.Bridge != base.Bridge || n.Storage != base.Storage:
+			v.add(cp.Child("allowedNodes"), "%s differ in bridge or storage: %s has %s/%s, %s has %s/%s; the cluster's machine templates name one of each, so list in allowedNodes only nodes that share both",
+				whose, base.Name, base.Bridge, base.Storage, n.Name, n.Bridge, n.Storage)
+			return
+		}
+	}
+}
+
+// sortedAddrs are the keys of m in address order.
+func sortedAddrs(m map[netip.Addr]string) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// addrsIn are the addresses of sorted between first and last, inclusive.
+func addrsIn(sorted []netip.Addr, first, last netip.Addr) []netip.Addr {
+	lo, _ := slices.BinarySearchFunc(sorted, first, netip.Addr.Compare)
+	hi := lo
+	for hi < len(sorted) && sorted[hi].Compare(last) <= 0 {
+		hi++
+	}
+	return sorted[lo:hi]
+}
+
+// freeCIDR suggests a range the size of preferred that is clear of the
+// lab network, k3s's networks on the management VM, the LAN addresses
+// nodes must reach, and also: preferred itself when it is clear, else the
+// first clear block of that size in the private ranges. The suggestion is
+// never the range just refused.
+func (v *validator) freeCIDR(preferred string, also netip.Prefix) string {
+	want := netip.MustParsePrefix(preferred)
+	avoid := []netip.Prefix{}
+	if v.subnet.IsValid() {
+		avoid = append(avoid, v.subnet)
+	}
+	if also.IsValid() {
+		avoid = append(avoid, also)
+	}
+	for _, k := range k3sCIDRs {
+		avoid = append(avoid, k.pfx)
+	}
+	clear := func(p netip.Prefix) bool {
+		for _, a := range avoid {
+			if p.Overlaps(a) {
+				return false
+			}
+		}
+		for _, a := range v.lanAddrs() {
+			if p.Contains(a.addr) {
+				return false
+			}
+		}
+		return true
+	}
+	if clear(want) {
+		return want.String()
+	}
+	step := uint32(1) << (32 - want.Bits())
+	for _, space := range []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"} {
+		sp := netip.MustParsePrefix(space)
+		if sp.Bits() > want.Bits() {
+			continue
+		}
+		start := u32(sp.Addr().As4())
+		for n := uint32(0); n < 1<<(want.Bits()-sp.Bits()); n++ {
+			a := start + n*step
+			p := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}), want.Bits())
+			if clear(p) {
+				return p.String()
+			}
+		}
+	}
+	return "a private range clear of the lab network, the podCIDR and the LAN"
+}
+
 // vipsOutsideRanges checks every VIP against the node ranges of the other
 // clusters: nodes there would get the VIP as their address.
 func (v *validator) vipsOutsideRanges(p *field.Path) {
+	// Clusters are at most maxListEntries, so this is at most a million
+	// comparisons of two addresses.
 	for i, c := range v.lab.Clusters {
 		vip, err := netip.ParseAddr(c.ControlPlane.Endpoint)
 		if err != nil {
@@ -655,19 +800,19 @@ type lanAddr struct {
 }
 
 // lanAddrs are the gateway, the DNS servers and the Proxmox hosts named by
-// address, each address once.
+// address, each address once, in that order. Worked out once.
 func (v *validator) lanAddrs() []lanAddr {
-	var addrs []lanAddr
+	if v.lan != nil {
+		return v.lan
+	}
+	addrs := []lanAddr{}
+	seen := map[netip.Addr]bool{}
 	add := func(what, s string) {
 		a, err := netip.ParseAddr(s)
-		if err != nil {
+		if err != nil || seen[a] {
 			return
 		}
-		for _, x := range addrs {
-			if x.addr == a {
-				return
-			}
-		}
+		seen[a] = true
 		addrs = append(addrs, lanAddr{what, a})
 	}
 	add("the gateway", v.lab.Network.Gateway)
@@ -682,6 +827,7 @@ func (v *validator) lanAddrs() []lanAddr {
 			add("the address of hypervisor "+h.Name, u.Hostname())
 		}
 	}
+	v.lan = addrs
 	return addrs
 }
 
@@ -690,15 +836,15 @@ func (v *validator) lanAddrs() []lanAddr {
 func (v *validator) lanAddresses(cp *field.Path, pod, svc netip.Prefix) {
 	addrs := v.lanAddrs()
 	for _, c := range []struct {
-		name, eg string
-		pfx      netip.Prefix
-	}{{"podCIDR", DefaultPodCIDR, pod}, {"serviceCIDR", DefaultServiceCIDR, svc}} {
+		name, eg   string
+		pfx, other netip.Prefix
+	}{{"podCIDR", DefaultPodCIDR, pod, svc}, {"serviceCIDR", DefaultServiceCIDR, svc, pod}} {
 		if !c.pfx.IsValid() || (v.subnet.IsValid() && c.pfx.Overlaps(v.subnet)) {
 			continue // invalid or overlapping the lab network: reported already
 		}
 		for _, a := range addrs {
 			if c.pfx.Contains(a.addr) {
-				v.add(cp.Child(c.name), "%s contains %s %s; pick a range outside the LAN, e.g. %s", c.pfx, a.what, a.addr, c.eg)
+				v.add(cp.Child(c.name), "%s contains %s %s; pick a range outside the LAN, e.g. %s", c.pfx, a.what, a.addr, v.freeCIDR(c.eg, c.other))
 				break
 			}
 		}
@@ -729,7 +875,7 @@ func (v *validator) template(cp *field.Path, c *Cluster, h *Hypervisor, versionO
 		}
 		if t.SourceNode == "" {
 			v.add(p.Child("sourceNode"), "is required with templateID: the node that holds the template")
-		} else if h != nil && h.Proxmox != nil && len(h.Proxmox.Nodes) > 0 && !hasNode(h.Proxmox, t.SourceNode) {
+		} else if h != nil && h.Proxmox != nil && len(h.Proxmox.Nodes) > 0 && !v.hasNode(h, t.SourceNode) {
 			v.add(p.Child("sourceNode"), "unknown node %q on hypervisor %s", t.SourceNode, h.Name)
 		}
 	default:
@@ -737,14 +883,7 @@ func (v *validator) template(cp *field.Path, c *Cluster, h *Hypervisor, versionO
 	}
 }
 
-func (v *validator) image(name string) *Image {
-	for i := range v.lab.Images {
-		if v.lab.Images[i].Name == name {
-			return &v.lab.Images[i]
-		}
-	}
-	return nil
-}
+func (v *validator) image(name string) *Image { return v.images[name] }
 
 func (v *validator) cidr(p *field.Path, s string) netip.Prefix {
 	pfx, err := netip.ParsePrefix(s)

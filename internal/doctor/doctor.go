@@ -144,7 +144,7 @@ func WriteText(s *ui.IO, w io.Writer, r *Report) error {
 // Diagnose runs every check and returns the report without printing it.
 func Diagnose(ctx context.Context, o Options) *Report {
 	r := &Report{}
-	lab, src, err := config.Load(o.Request)
+	lab, src, err := config.Load(ctx, o.Request)
 	r.Config = src.Name
 	if err != nil {
 		r.add("config", Fail, configProblem(src, err))

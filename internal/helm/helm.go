@@ -36,6 +36,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
+
+	"github.com/labctl/labctl/internal/redact"
 )
 
 // Chart is one pinned chart and where it comes from.
@@ -122,9 +124,9 @@ func (c *Client) archive(ctx context.Context, ch Chart) ([]byte, error) {
 	}
 	switch {
 	case len(have) == 0:
-		return nil, fmt.Errorf("fetching chart %s: %s has no chart %q", ch, ch.Repo, ch.Name)
+		return nil, fmt.Errorf("fetching chart %s: %s has no chart %q", ch, redact.URL(ch.Repo), ch.Name)
 	case cv == nil:
-		return nil, fmt.Errorf("fetching chart %s: %s has no version %s of %s (it has %d others, e.g. %s)", ch, ch.Repo, ch.Version, ch.Name, len(have), have[0])
+		return nil, fmt.Errorf("fetching chart %s: %s has no version %s of %s (it has %d others, e.g. %s)", ch, redact.URL(ch.Repo), ch.Version, ch.Name, len(have), have[0])
 	case len(cv.URLs) == 0:
 		return nil, fmt.Errorf("fetching chart %s: the index lists no download URL", ch)
 	}

@@ -54,7 +54,7 @@ type BuildOptions struct {
 
 // Build builds each selected image in lab.yaml and tags its template.
 func Build(ctx context.Context, o BuildOptions) error {
-	lab, src, err := config.Load(o.Request)
+	lab, src, err := config.Load(ctx, o.Request)
 	if err != nil {
 		return err
 	}

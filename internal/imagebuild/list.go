@@ -34,7 +34,7 @@ type Template struct {
 
 // List prints the labctl-tagged templates of every Proxmox hypervisor.
 func List(ctx context.Context, o ListOptions) error {
-	lab, _, err := config.Load(o.Request)
+	lab, _, err := config.Load(ctx, o.Request)
 	if err != nil {
 		return err
 	}

@@ -63,8 +63,9 @@ func target(lab *config.Lab, img config.Image) (*config.Hypervisor, config.PVENo
 		if h.Name != img.Hypervisor {
 			continue
 		}
-		if h.Proxmox == nil {
-			return nil, config.PVENode{}, fmt.Errorf("image %s: hypervisor %s is a libvirt host; images for libvirt hosts come in a later release", img.Name, h.Name)
+		// Validation refuses this already; the rule is config's.
+		if why := config.ImagesOn(h); why != "" {
+			return nil, config.PVENode{}, fmt.Errorf("image %s: %s", img.Name, why)
 		}
 		for _, n := range h.Proxmox.Nodes {
 			if img.Node == "" || n.Name == img.Node {

@@ -49,7 +49,7 @@ type DownOptions struct {
 // hypervisor: stop, wait, delete with their disks. VMs without labctl's
 // tags for this lab are never listed, so never touched.
 func Down(ctx context.Context, o DownOptions) error {
-	lab, _, err := config.Load(o.Request)
+	lab, _, err := config.Load(ctx, o.Request)
 	if err != nil {
 		return err
 	}
@@ -193,8 +193,8 @@ type KubeconfigOptions struct {
 }
 
 // Kubeconfig prints the stored management kubeconfig or writes it to a file.
-func Kubeconfig(_ context.Context, o KubeconfigOptions) error {
-	lab, _, err := config.Load(o.Request)
+func Kubeconfig(ctx context.Context, o KubeconfigOptions) error {
+	lab, _, err := config.Load(ctx, o.Request)
 	if err != nil {
 		return err
 	}

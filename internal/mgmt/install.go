@@ -79,7 +79,7 @@ type InstallOptions struct {
 // for each piece. Re-running it changes nothing. A failure leaves what was
 // applied in place for the next run.
 func Install(ctx context.Context, o InstallOptions) error {
-	lab, err := loadLab(o.Lab, o.Config)
+	lab, err := loadLab(ctx, o.Lab, o.Config)
 	if err != nil {
 		return err
 	}
@@ -163,11 +163,11 @@ func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
 }
 
 // loadLab returns lab, or loads the config req names.
-func loadLab(lab *config.Lab, req config.Request) (*config.Lab, error) {
+func loadLab(ctx context.Context, lab *config.Lab, req config.Request) (*config.Lab, error) {
 	if lab != nil {
 		return lab, nil
 	}
-	lab, _, err := config.Load(req)
+	lab, _, err := config.Load(ctx, req)
 	return lab, err
 }
 

@@ -40,7 +40,7 @@ func ctx(t testing.TB) context.Context {
 func ownerLab(t testing.TB, repoURL string) *config.Lab {
 	t.Helper()
 	t.Setenv("PVE_TOKEN_SECRET", tokenSecret)
-	lab, _, err := config.Load(config.Request{Path: "../../examples/lab.yaml", Explicit: true})
+	lab, _, err := config.Load(context.Background(), config.Request{Path: "../../examples/lab.yaml", Explicit: true})
 	if err != nil {
 		t.Fatal(err)
 	}

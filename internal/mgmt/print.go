@@ -10,6 +10,7 @@ import (
 
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/redact"
 )
 
 // printObjects writes every object the install would apply to stdout, in
@@ -46,8 +47,11 @@ func (in *installer) printObjects(ctx context.Context) error {
 			continue
 		}
 		for _, o := range c.Objects {
-			objs = append(objs, redact(o, c.Secrets))
+			objs = append(objs, redactSecrets(o, c.Secrets))
 		}
+	}
+	for i, o := range objs {
+		objs[i] = redactURLs(o)
 	}
 	if in.o.Output == "json" {
 		list := map[string]any{"apiVersion": "v1", "kind": "List", "items": objectsOf(objs)}
@@ -85,10 +89,10 @@ func namespaced(o *unstructured.Unstructured) bool {
 	return true
 }
 
-// redact returns o for printing: a Secret's data becomes readable
+// redactSecrets returns o for printing: a Secret's data becomes readable
 // stringData in which only values known to be harmless (the Proxmox URL
 // and token id) show; a secret value shows where it comes from instead.
-func redact(o *unstructured.Unstructured, secrets []components.SecretField) *unstructured.Unstructured {
+func redactSecrets(o *unstructured.Unstructured, secrets []components.SecretField) *unstructured.Unstructured {
 	if o.GetKind() != "Secret" {
 		return o
 	}
@@ -98,7 +102,7 @@ func redact(o *unstructured.Unstructured, secrets []components.SecretField) *uns
 	for k, v := range data {
 		plain[k] = "(not shown)"
 		if b, err := base64.StdEncoding.DecodeString(v); err == nil && harmless[k] {
-			plain[k] = string(b)
+			plain[k] = redact.URL(string(b))
 		}
 		for _, s := range secrets {
 			if s.Ref == kube.RefOf(o) && s.Key == k {
@@ -113,3 +117,28 @@ func redact(o *unstructured.Unstructured, secrets []components.SecretField) *uns
 
 // harmless are Secret keys whose values are not secret.
 var harmless = map[string]bool{"PROXMOX_URL": true, "PROXMOX_TOKEN": true}
+
+// redactURLs returns o with redact.URL applied to every string in it: a
+// provider's fetchConfig.url or a chart value may hold a URL with
+// credentials, and printing is where they would leak.
+func redactURLs(o *unstructured.Unstructured) *unstructured.Unstructured {
+	out := o.DeepCopy()
+	out.Object = redactValue(out.Object).(map[string]any)
+	return out
+}
+
+func redactValue(v any) any {
+	switch t := v.(type) {
+	case string:
+		return redact.URL(t)
+	case map[string]any:
+		for k, x := range t {
+			t[k] = redactValue(x)
+		}
+	case []any:
+		for i, x := range t {
+			t[i] = redactValue(x)
+		}
+	}
+	return v
+}

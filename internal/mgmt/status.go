@@ -49,7 +49,7 @@ var ErrNotReady = errors.New("the management stack is not ready")
 // prints a table (or JSON/YAML). It returns ErrNotReady when any
 // component is not ready. It only reads, and needs no secret.
 func Status(ctx context.Context, o StatusOptions) (*Report, error) {
-	lab, err := loadLab(o.Lab, o.Config)
+	lab, err := loadLab(ctx, o.Lab, o.Config)
 	if err != nil {
 		return nil, err
 	}

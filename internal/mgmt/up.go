@@ -29,6 +29,7 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/redact"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/vmssh"
@@ -69,7 +70,7 @@ type UpOptions struct {
 
 // Up loads the lab, opens its management hypervisor and runs the steps.
 func Up(ctx context.Context, o UpOptions) error {
-	lab, src, err := config.Load(o.Request)
+	lab, src, err := config.Load(ctx, o.Request)
 	if err != nil {
 		return err
 	}
@@ -318,9 +319,9 @@ func (u *UpRun) planImage(ctx context.Context) ([]string, error) {
 	}
 	check := u.image.Checksum
 	if check == "" {
-		check = "the sha256 listed in " + u.image.ChecksumURL
+		check = "the sha256 listed in " + redact.URL(u.image.ChecksumURL)
 	}
-	return []string{fmt.Sprintf("download %s, check it against %s, and put it on %s", u.image.URL, check, u.drv.Name())}, nil
+	return []string{fmt.Sprintf("download %s, check it against %s, and put it on %s", redact.URL(u.image.URL), check, u.drv.Name())}, nil
 }
 
 func (u *UpRun) applyImage(ctx context.Context) error {

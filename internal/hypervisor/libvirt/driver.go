@@ -13,6 +13,7 @@ import (
 	"libvirt.org/go/libvirt"
 
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/redact"
 )
 
 // Supported is true in builds that carry the libvirt driver.
@@ -60,7 +61,7 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 	select {
 	case r := <-done:
 		if r.err != nil {
-			return nil, fmt.Errorf("libvirt hypervisor %s: connecting to %s: %w", o.Name, o.URI, explainConnect(r.err))
+			return nil, fmt.Errorf("libvirt hypervisor %s: connecting to %s: %w", o.Name, redact.URL(o.URI), explainConnect(r.err))
 		}
 		d := &Driver{opts: o, conn: r.c}
 		d.upload = d.streamUpload
@@ -72,7 +73,7 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 				_, _ = r.c.Close()
 			}
 		}()
-		return nil, fmt.Errorf("libvirt hypervisor %s: connecting to %s: %w", o.Name, o.URI, ctx.Err())
+		return nil, fmt.Errorf("libvirt hypervisor %s: connecting to %s: %w", o.Name, redact.URL(o.URI), ctx.Err())
 	}
 }
 
@@ -116,7 +117,7 @@ func (d *Driver) Name() string { return d.opts.Name }
 // Close closes the connection.
 func (d *Driver) Close() error {
 	if _, err := d.conn.Close(); err != nil {
-		return fmt.Errorf("closing the connection to %s: %w", d.opts.URI, err)
+		return fmt.Errorf("closing the connection to %s: %w", redact.URL(d.opts.URI), err)
 	}
 	return nil
 }

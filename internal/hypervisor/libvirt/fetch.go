@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/redact"
 )
 
 var (
@@ -40,7 +41,7 @@ func imageFileName(spec hypervisor.ImageSpec) (string, error) {
 	if name == "" {
 		u, err := url.Parse(spec.URL)
 		if err != nil {
-			return "", fmt.Errorf("image URL %q: %w", spec.URL, err)
+			return "", fmt.Errorf("image URL %q: %w", redact.URL(spec.URL), err)
 		}
 		name = path.Base(u.Path)
 	}
@@ -71,7 +72,7 @@ func wantChecksum(ctx context.Context, spec hypervisor.ImageSpec) (string, error
 	defer func() { _ = body.Close() }()
 	u, err := url.Parse(spec.URL)
 	if err != nil {
-		return "", fmt.Errorf("image URL %q: %w", spec.URL, err)
+		return "", fmt.Errorf("image URL %q: %w", redact.URL(spec.URL), err)
 	}
 	file := path.Base(u.Path)
 	sc := bufio.NewScanner(io.LimitReader(body, 4<<20))
@@ -83,9 +84,9 @@ func wantChecksum(ctx context.Context, spec hypervisor.ImageSpec) (string, error
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("reading %s: %w", spec.ChecksumURL, err)
+		return "", fmt.Errorf("reading %s: %w", redact.URL(spec.ChecksumURL), err)
 	}
-	return "", fmt.Errorf("%s lists no sha256 for %s; check management.image.url and checksumURL", spec.ChecksumURL, file)
+	return "", fmt.Errorf("%s lists no sha256 for %s; check management.image.url and checksumURL", redact.URL(spec.ChecksumURL), file)
 }
 
 // get starts a GET and fails on any status but 200.

@@ -12,6 +12,7 @@ import (
 	"libvirt.org/go/libvirt"
 
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/redact"
 )
 
 // FindImage returns the image volume when its upload was verified, or
@@ -125,10 +126,10 @@ func (d *Driver) EnsureImage(ctx context.Context, spec hypervisor.ImageSpec) (hy
 		}
 	}()
 	if err := d.upload(ctx, vol, readerLen{Reader: dl, Len: dl.Length}); err != nil {
-		return hypervisor.Image{}, fmt.Errorf("uploading %s into pool %s: %w", spec.URL, d.opts.Pool, err)
+		return hypervisor.Image{}, fmt.Errorf("uploading %s into pool %s: %w", redact.URL(spec.URL), d.opts.Pool, err)
 	}
 	if got := dl.Sum(); got != want {
-		return hypervisor.Image{}, fmt.Errorf("image %s: sha256 %s does not match the expected %s; the download is corrupt or the pin is wrong, so it was deleted", spec.URL, got, want)
+		return hypervisor.Image{}, fmt.Errorf("image %s: sha256 %s does not match the expected %s; the download is corrupt or the pin is wrong, so it was deleted", redact.URL(spec.URL), got, want)
 	}
 	d.reached("image uploaded")
 	if err := ctx.Err(); err != nil {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	pve "github.com/luthermonson/go-proxmox"
+
+	"github.com/labctl/labctl/internal/redact"
 )
 
 // ConnectTimeout bounds the first contact with the Proxmox API: one
@@ -50,7 +52,7 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 func (d *Driver) Endpoint() string { return "Proxmox API " + d.URL() }
 
 // URL is the API URL without any userinfo, for anything printed.
-func (d *Driver) URL() string { return safeURL(d.cfg.URL) }
+func (d *Driver) URL() string { return redact.URL(d.cfg.URL) }
 
 // Connect asks the API for its version, once, within ConnectTimeout, with
 // the token: it proves the address, TLS and the token before anything
@@ -94,7 +96,7 @@ func (d *Driver) Connect(ctx context.Context) (string, error) {
 }
 
 func (d *Driver) connectError(err error, what, check string) *ConnectError {
-	return &ConnectError{URL: safeURL(d.cfg.URL), Field: field(d.name, "url"), What: what, Check: check, Err: err}
+	return &ConnectError{URL: redact.URL(d.cfg.URL), Field: field(d.name, "url"), What: what, Check: check, Err: err}
 }
 
 // classify says what a failed request met, and what to check for it.
@@ -117,7 +119,7 @@ func (d *Driver) classify(ctx context.Context, err error) error {
 		e.Fingerprint = d.presented(ctx)
 		return e
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("connecting to the Proxmox API %s: %w", safeURL(d.cfg.URL), context.Canceled)
+		return fmt.Errorf("connecting to the Proxmox API %s: %w", redact.URL(d.cfg.URL), context.Canceled)
 	case errors.As(err, &dns):
 		return d.connectError(err, "the host name does not resolve ("+dns.Err+")", "the host name in the URL, or use the node's IP address")
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -170,14 +172,4 @@ func (d *Driver) presented(ctx context.Context) string {
 		return ""
 	}
 	return Fingerprint(certs[0])
-}
-
-// safeURL is the URL without userinfo, for anything printed.
-func safeURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(an unparsable URL)"
-	}
-	u.User = nil
-	return u.String()
 }

@@ -34,7 +34,7 @@ func TestConnectSilentAPI(t *testing.T) {
 		t.Fatalf("Connect = %v, want a ConnectError", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"Proxmox API https://" + addr, "hypervisors[pve].proxmox.url", "accepted the connection but did not answer within 300ms", "check that the URL names the PVE API"} {
+	for _, want := range []string{"Proxmox API https://REDACTED@" + addr, "hypervisors[pve].proxmox.url", "accepted the connection but did not answer within 300ms", "check that the URL names the PVE API"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q: %s", want, msg)
 		}
@@ -45,7 +45,7 @@ func TestConnectSilentAPI(t *testing.T) {
 	if n := hung.Conns(); n != 1 {
 		t.Errorf("%d connections, want 1: the first contact is not retried", n)
 	}
-	if d.Endpoint() != "Proxmox API https://"+addr {
+	if d.Endpoint() != "Proxmox API https://REDACTED@"+addr {
 		t.Errorf("Endpoint = %q", d.Endpoint())
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/redact"
 )
 
 // Driver is hypervisor.Driver for one Proxmox VE endpoint of lab.yaml.
@@ -162,7 +163,7 @@ func (d *Driver) EnsureImage(ctx context.Context, spec hypervisor.ImageSpec) (hy
 			return img, nil
 		}
 	}
-	return img, api(err, "downloading %s to %s on node %s", spec.URL, img.Volume, n.Name)
+	return img, api(err, "downloading %s to %s on node %s", redact.URL(spec.URL), img.Volume, n.Name)
 }
 
 // activeTask returns the UPID of a running task of type typ and id on node, or "".
@@ -206,15 +207,15 @@ func (d *Driver) checksum(ctx context.Context, spec hypervisor.ImageSpec) (strin
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, spec.ChecksumURL, nil)
 	if err != nil {
-		return "", fmt.Errorf("checksum URL %s: %w", spec.ChecksumURL, err)
+		return "", fmt.Errorf("checksum URL %s: %w", redact.URL(spec.ChecksumURL), err)
 	}
 	res, err := d.sumsClient().Do(req)
 	if err != nil {
-		return "", fmt.Errorf("fetching checksums from %s: %w", spec.ChecksumURL, err)
+		return "", fmt.Errorf("fetching checksums from %s: %w", redact.URL(spec.ChecksumURL), err)
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("fetching checksums from %s: %s", spec.ChecksumURL, res.Status)
+		return "", fmt.Errorf("fetching checksums from %s: %s", redact.URL(spec.ChecksumURL), res.Status)
 	}
 	base := path.Base(spec.URL)
 	sc := bufio.NewScanner(res.Body)
@@ -224,7 +225,7 @@ func (d *Driver) checksum(ctx context.Context, spec hypervisor.ImageSpec) (strin
 			return strings.ToLower(f[0]), nil
 		}
 	}
-	return "", fmt.Errorf("%s lists no sha256 for %s", spec.ChecksumURL, base)
+	return "", fmt.Errorf("%s lists no sha256 for %s", redact.URL(spec.ChecksumURL), base)
 }
 
 // SumsClient fetches checksum files; tests replace it.

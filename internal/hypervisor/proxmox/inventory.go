@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/redact"
 )
 
 // The read-only calls below serve labctl doctor.
@@ -19,7 +20,7 @@ func (d *Driver) Version(ctx context.Context) (string, error) {
 		Release string `json:"release"`
 	}
 	err := d.c.Get(ctx, "/version", &v)
-	return v.Version, api(err, "asking %s for its version", d.cfg.URL)
+	return v.Version, api(err, "asking %s for its version", redact.URL(d.cfg.URL))
 }
 
 // Permissions returns the token's effective privileges: path → privilege
