@@ -230,9 +230,6 @@ func TestMgmtInstall(t *testing.T) {
 			}
 		}
 		t.Logf("no-op re-run of the binary at -vvv: %s", took.Round(time.Millisecond))
-		if took > 2*time.Second {
-			t.Errorf("the no-op re-run took %s; goal under 2s", took)
-		}
 	})
 
 	t.Run("status", func(t *testing.T) {

@@ -280,9 +280,6 @@ func TestInstallThroughK3sHelmControllerStandIn(t *testing.T) {
 			t.Errorf("the re-run made %d write requests; want 0:\n%s", n, o.stderr.String())
 		}
 		checkSteps(t, o.stderr.String(), "up to date")
-		if took > 2*time.Second {
-			t.Errorf("the no-op re-run took %s; goal under 2s", took)
-		}
 		t.Logf("no-op re-run: %s, %d writes", took, again.writes.Load())
 	})
 
