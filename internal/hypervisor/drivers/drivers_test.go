@@ -21,9 +21,14 @@ func lab() *config.Lab {
 
 func TestLibvirtOptions(t *testing.T) {
 	l := lab()
+	l.Hypervisors[0].Libvirt.SSHKeyFile = "~/.ssh/id_kvm"
+	l.Hypervisors[0].Libvirt.TLS = &config.LibvirtTLS{CAFile: "/pki/ca.pem", CertFile: "/pki/c.pem", KeyFile: "/pki/k.pem"}
 	o := LibvirtOptions(l, &l.Hypervisors[0])
 	if o.Name != "local" || o.URI != "test:///default" || o.Pool != "default" || o.Network != "labctl" || o.DomainType != "qemu" {
 		t.Errorf("options %+v", o)
+	}
+	if o.SSHKeyFile != "~/.ssh/id_kvm" || o.TLS.CAFile != "/pki/ca.pem" || o.TLS.CertFile != "/pki/c.pem" || o.TLS.KeyFile != "/pki/k.pem" {
+		t.Errorf("the key file and TLS files are not passed on: %+v", o)
 	}
 	if o.Subnet != netip.MustParsePrefix("10.213.0.0/24") || o.Gateway != netip.MustParseAddr("10.213.0.1") {
 		t.Errorf("the lab network does not define the NAT network: %v %v", o.Subnet, o.Gateway)

@@ -72,6 +72,7 @@ func TestNoLibvirtd(t *testing.T) {
 	if err == nil {
 		t.Fatal("New succeeded without a daemon")
 	}
+	t.Logf("no daemon: %v", err)
 	for _, want := range []string{"libvirt hypervisor local: connecting to " + o.URI, "libvirtd is not running on this machine", "systemctl start libvirtd"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
@@ -113,6 +114,7 @@ func TestPermissionDenied(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helper: %v\n%s", err, out)
 	}
+	t.Logf("as nobody: %s", out)
 	for _, want := range []string{"permission denied on " + dmn.sock, "run labctl as root, or add your user to the libvirt group"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("as nobody: %q lacks %q", out, want)

@@ -346,7 +346,7 @@ func (h *hostKeys) check(hostname string, remote net.Addr, key ssh.PublicKey) er
 			hostname, key.Type(), ssh.FingerprintSHA256(key), strings.TrimPrefix(key.Type(), "ssh-"), h.keyscan())
 	case errors.As(err, &ke):
 		h.err = fmt.Errorf("the ssh host key of %s changed (%s %s, not the one in %s:%d): someone may be in between, or the host was reinstalled. Only if you know it was, replace the old key: ssh-keygen -R %s && %s",
-			hostname, key.Type(), ssh.FingerprintSHA256(key), ke.Want[0].Filename, ke.Want[0].Line, knownhosts.Normalize(hostname), h.keyscan())
+			hostname, key.Type(), ssh.FingerprintSHA256(key), ke.Want[0].Filename, ke.Want[0].Line, shellQuote(knownhosts.Normalize(hostname)), h.keyscan())
 	case errors.As(err, &re):
 		h.err = fmt.Errorf("the ssh host key of %s is revoked in %s:%d: %w", hostname, re.Revoked.Filename, re.Revoked.Line, err)
 	default:
