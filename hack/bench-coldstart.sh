@@ -49,11 +49,15 @@ if [ -z "$labctl" ]; then
 		-ldflags "-s -w -X github.com/labctl/labctl/internal/versions.Version=bench" \
 		-o "$labctl" .
 fi
-if ! ldd "$labctl" 2>&1 | grep -q "not a dynamic executable"; then
+linkage=$(ldd "$labctl" 2>&1 || true) # ldd fails on a static binary
+case "$linkage" in
+*"not a dynamic executable"*) echo "bench: $labctl is static (ldd: not a dynamic executable)" >&2 ;;
+*)
 	echo "bench: $labctl is not static (the release build must be):" >&2
-	ldd "$labctl" >&2 || true
+	echo "$linkage" >&2
 	exit 1
-fi
+	;;
+esac
 
 a_cmd=("$labctl" version)
 b_cmd=("$kubectl" version --client)

@@ -130,7 +130,9 @@ log_outputs = "3:file:%s"
 	d.cmd.Env = append(os.Environ(), "LIBVIRT_DRIVER_DIR="+filepath.Join(dir, "drivers"))
 	var out bytes.Buffer
 	d.cmd.Stdout, d.cmd.Stderr = &out, &out
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a test binary that dies (a timeout's panic skips
+	// TestMain's stop) takes its daemon with it.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := d.cmd.Start(); err != nil {
 		return nil, err
 	}

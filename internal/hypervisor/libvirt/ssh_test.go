@@ -139,7 +139,7 @@ LogLevel VERBOSE
 	defer logFile.Close()
 	cmd := exec.Command(sshd, "-D", "-e", "-f", cfg)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
