@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/mgmt"
 )
 
@@ -34,6 +35,8 @@ Its kubeconfig is stored with mode 0600 at
 $XDG_CONFIG_HOME/labctl/<lab>/mgmt.kubeconfig.`,
 	}
 	var up, down changeFlags
+	var deleteClusters, skipClusterCheck bool
+	var downTimeout time.Duration
 	var statusOut string
 	upCmd := &cobra.Command{
 		Use:   "up",
@@ -180,18 +183,27 @@ the file --write names.`,
 		Short: "Delete the management VM (only VMs labctl tagged for this lab)",
 		Long: `Stop and delete the VMs labctl created for this lab's management cluster.
 VMs without labctl's tag for this lab are never touched. Asks first unless
---yes is given.`,
+--yes is given.
+
+First it asks the management cluster for Cluster API Clusters: their VMs
+would be left behind with nothing that knows them, so it refuses while any
+exist, and lists them. --delete-clusters deletes them through Cluster API
+(with their VMs) and waits, then deletes the management VM.`,
 		Example: `  labctl mgmt down
   labctl mgmt down --dry-run
-  labctl mgmt down --yes`,
+  labctl mgmt down --delete-clusters --yes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return mgmt.Down(cmd.Context(), mgmt.DownOptions{
 				IO: g.IO, Request: g.configRequest(), DryRun: down.DryRun, Yes: down.Yes,
+				Kubeconfig: g.Kubeconfig, DeleteClusters: deleteClusters, SkipClusterCheck: skipClusterCheck, Timeout: downTimeout,
 			})
 		},
 	}
 	addChangeFlags(downCmd, &down)
+	downCmd.Flags().BoolVar(&deleteClusters, "delete-clusters", false, "delete the workload clusters through Cluster API first, and wait for them to go")
+	downCmd.Flags().BoolVar(&skipClusterCheck, "skip-cluster-check", false, "do not ask the management cluster for workload clusters (when it no longer answers); their VMs are left behind")
+	downCmd.Flags().DurationVar(&downTimeout, "timeout", cluster.DefaultTimeout, "bound on each wait while a workload cluster is deleted")
 	c.AddCommand(upCmd, installCmd, statusCmd, kubeconfigCmd, downCmd)
 	return c
 }

@@ -45,7 +45,7 @@ func TestMgmtUpDryRunShowsTheDefaultLab(t *testing.T) {
 		"would: start VM labctl-mgmt",
 		"wait for the address of labctl-mgmt (would run)",
 		"wait for the k3s API (would run)",
-		"would: fetch /etc/rancher/k3s/k3s.yaml from the VM",
+		"would: read /etc/rancher/k3s/k3s.yaml from the VM over SSH (host key checked against",
 		"would: install the management stack with mgmt install",
 		"dry run: nothing was changed",
 	}

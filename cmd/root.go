@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/ui"
 )
 
@@ -44,6 +45,7 @@ type Globals struct {
 func Main() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	kube.CancelDialsOn(ctx)
 	return Run(ctx, ui.System(), os.Args[1:])
 }
 

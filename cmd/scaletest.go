@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/labctl/labctl/internal/kube"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
@@ -79,11 +79,10 @@ timeline stopped. The workload is always removed, also on Ctrl-C.`,
 			if err != nil {
 				return err
 			}
-			wl, err := clientcmd.RESTConfigFromKubeConfig(kc)
+			wl, err := kube.RESTConfigFromKubeconfig(kc)
 			if err != nil {
 				return fmt.Errorf("cluster %s: reading its kubeconfig secret: %w", name, err)
 			}
-			wl.UserAgent = "labctl"
 			so.Mgmt, so.Workload = o.Mgmt.RESTConfig(), wl
 			rep, err := scaletest.Run(cmd.Context(), so)
 			if rep != nil && len(rep.Phases) > 0 {

@@ -81,7 +81,7 @@ func TestImageBuildCtrlC(t *testing.T) {
 	if len(logs) != 1 {
 		t.Fatalf("build logs: %v", logs)
 	}
-	if b, _ := os.ReadFile(logs[0]); bytes.Contains(b, []byte(secret)) || !bytes.Contains(b, []byte("Build cancelled")) {
+	if b, _ := os.ReadFile(logs[0]); bytes.Contains(b, []byte(secret)) || !bytes.Contains(b, []byte("Cleanly cancelled builds after being interrupted.")) {
 		t.Errorf("log %s: secret present or packer not interrupted:\n%s", logs[0], b)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labctl/labctl/internal/imagebuild/packertest"
 	"github.com/labctl/labctl/internal/testbed"
 )
 
@@ -30,6 +31,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The image build tests run this binary as image-builder's packer.
+	if packertest.IsStandin() {
+		os.Exit(packertest.Main(os.Args))
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

@@ -28,6 +28,10 @@ type Config struct {
 	// User is the login user, made with passwordless sudo and SSHKeys.
 	User    string
 	SSHKeys []string
+	// HostKey, when set, is the VM's SSH host key, made by labctl and
+	// handed over through cloud-init's ssh_keys, so labctl knows the key
+	// before the first connection and never trusts one on first use.
+	HostKey *HostKey
 	// Files are written before any command runs (cloud-init write_files).
 	Files []File
 	// K3s installs a k3s server when set.
@@ -44,6 +48,14 @@ type File struct {
 	Content []byte
 	// Permissions as octal text, e.g. 0600; default 0644.
 	Permissions string
+}
+
+// HostKey is an ed25519 SSH host key pair in OpenSSH formats.
+type HostKey struct {
+	// Private is the OpenSSH PEM ("-----BEGIN OPENSSH PRIVATE KEY-----").
+	Private []byte
+	// Public is the authorized_keys line, "ssh-ed25519 AAAA...".
+	Public string
 }
 
 // K3s is the k3s server of the management VM.
@@ -80,6 +92,8 @@ type userData struct {
 	Users           []any       `yaml:"users"`
 	SSHPasswordAuth bool        `yaml:"ssh_pwauth"`
 	DisableRoot     bool        `yaml:"disable_root"`
+	SSHKeys         *sshKeys    `yaml:"ssh_keys,omitempty"`
+	SSHDeleteKeys   *bool       `yaml:"ssh_deletekeys,omitempty"`
 	WriteFiles      []writeFile `yaml:"write_files,omitempty"`
 	RunCmd          [][]string  `yaml:"runcmd,omitempty"`
 	FinalMessage    string      `yaml:"final_message,omitempty"`
@@ -91,6 +105,13 @@ type user struct {
 	Shell             string   `yaml:"shell"`
 	LockPasswd        bool     `yaml:"lock_passwd"`
 	SSHAuthorizedKeys []string `yaml:"ssh_authorized_keys"`
+}
+
+// sshKeys is cloud-init's cc_ssh ssh_keys: with it, cloud-init writes
+// these host keys and generates none (cloudinit/config/cc_ssh.py).
+type sshKeys struct {
+	ED25519Private string `yaml:"ed25519_private"`
+	ED25519Public  string `yaml:"ed25519_public"`
 }
 
 type writeFile struct {
@@ -121,6 +142,11 @@ func UserData(c Config) ([]byte, error) {
 			LockPasswd: true, SSHAuthorizedKeys: c.SSHKeys,
 		}},
 		FinalMessage: c.FinalMessage,
+	}
+	if k := c.HostKey; k != nil {
+		del := true // drop whatever host keys the image came with
+		ud.SSHKeys = &sshKeys{ED25519Private: string(k.Private), ED25519Public: k.Public}
+		ud.SSHDeleteKeys = &del
 	}
 	for _, f := range c.Files {
 		ud.WriteFiles = append(ud.WriteFiles, toWriteFile(f))
@@ -186,6 +212,14 @@ func (c Config) validate() error {
 	for i, k := range c.SSHKeys {
 		if strings.ContainsAny(k, "\r\n") || len(strings.Fields(k)) < 2 {
 			errs = append(errs, fmt.Errorf("SSH key %d is not one line of the form 'ssh-ed25519 AAAA... comment'", i+1))
+		}
+	}
+	if k := c.HostKey; k != nil {
+		if !bytes.HasPrefix(k.Private, []byte("-----BEGIN OPENSSH PRIVATE KEY-----")) {
+			errs = append(errs, errors.New("SSH host key: the private key is not in OpenSSH PEM form"))
+		}
+		if f := strings.Fields(k.Public); len(f) < 2 || f[0] != "ssh-ed25519" || strings.ContainsAny(k.Public, "\r\n") {
+			errs = append(errs, errors.New("SSH host key: the public key is not one 'ssh-ed25519 AAAA...' line"))
 		}
 	}
 	for _, f := range c.Files {

@@ -288,3 +288,33 @@ func keys(m map[string][]byte) []string {
 	}
 	return k
 }
+
+// TestUserDataHostKey: the host key goes into cc_ssh's ssh_keys under the
+// names cloud-init reads (ed25519_private, ed25519_public), with
+// ssh_deletekeys so the image's own keys go; a malformed key is refused.
+func TestUserDataHostKey(t *testing.T) {
+	c := mgmtConfig()
+	priv := "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+	c.HostKey = &HostKey{Private: []byte(priv), Public: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHost labctl host key"}
+	ud, err := UserData(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		SSHKeys       map[string]string `yaml:"ssh_keys"`
+		SSHDeleteKeys bool              `yaml:"ssh_deletekeys"`
+	}
+	if err := yaml.Unmarshal(ud, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.SSHKeys["ed25519_private"] != priv || doc.SSHKeys["ed25519_public"] != c.HostKey.Public || !doc.SSHDeleteKeys || len(doc.SSHKeys) != 2 {
+		t.Errorf("ssh_keys %v, ssh_deletekeys %v", doc.SSHKeys, doc.SSHDeleteKeys)
+	}
+	if plain, _ := UserData(mgmtConfig()); strings.Contains(string(plain), "ssh_keys") {
+		t.Error("ssh_keys rendered without a host key")
+	}
+	c.HostKey = &HostKey{Private: []byte("not a key"), Public: "ssh-rsa AAAA x"}
+	if _, err := UserData(c); err == nil || !strings.Contains(err.Error(), "OpenSSH PEM") || !strings.Contains(err.Error(), "ssh-ed25519") {
+		t.Errorf("malformed host key: %v", err)
+	}
+}

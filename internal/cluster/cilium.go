@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
+	"github.com/labctl/labctl/internal/kube"
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
@@ -63,7 +63,7 @@ func (c *Cilium) String() string {
 }
 
 func (c *Cilium) client(kubeconfig []byte) (*helm.Client, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	cfg, err := kube.RESTConfigFromKubeconfig(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("installing Cilium: reading the workload cluster's kubeconfig: %w", err)
 	}

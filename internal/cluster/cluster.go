@@ -164,6 +164,14 @@ func Create(ctx context.Context, o Options) error {
 	var kubeconfig []byte
 	steps := []step.Step{
 		{
+			// Reads only, so a dry run checks too; nothing is written
+			// until every prerequisite is there.
+			Name: "check the management cluster for Cluster API",
+			Check: func(ctx context.Context) (string, error) {
+				return "every kind and ClusterRole is there", checkPrerequisites(ctx, m, name, r.Objects, r.Autoscaler)
+			},
+		},
+		{
 			Name:  fmt.Sprintf("apply cluster %s (%d objects)", name, len(r.Objects)),
 			Plan:  func(ctx context.Context) ([]string, error) { return plan(ctx, m, r.Objects) },
 			Apply: func(ctx context.Context) error { return apply(ctx, m, r.Objects) },
@@ -234,8 +242,8 @@ func Create(ctx context.Context, o Options) error {
 		// Nothing is applied, so there is nothing to wait for. The kubeconfig
 		// and Cilium steps only read; they show what they would do when the
 		// cluster is already up.
-		steps = []step.Step{steps[0], steps[4], steps[5], steps[6]}
-		steps[1].Plan = dryKubeconfigPlan(m, ns, name, path, &kubeconfig)
+		steps = []step.Step{steps[0], steps[1], steps[5], steps[6], steps[7]}
+		steps[2].Plan = dryKubeconfigPlan(m, ns, name, path, &kubeconfig)
 	}
 	run := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
 	if err := run.Run(ctx, steps); err != nil {

@@ -123,6 +123,15 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	standInCAPI(ctx, t, mc, "lab1", "lab1", wkc)
+	// What 'labctl mgmt install' leaves for every autoscaler to bind to
+	// (its rules are the mgmt tests' business).
+	sharedRole := &unstructured.Unstructured{}
+	sharedRole.SetAPIVersion("rbac.authorization.k8s.io/v1")
+	sharedRole.SetKind("ClusterRole")
+	sharedRole.SetName(clusterapi.SharedClusterRole)
+	if err := mc.Create(ctx, sharedRole); err != nil {
+		t.Fatal(err)
+	}
 
 	var out, errb bytes.Buffer
 	dir := t.TempDir()
@@ -639,4 +648,49 @@ func newMachineSet(t *testing.T, c client.Client, md *unstructured.Unstructured)
 		t.Fatalf("stand-in machine set: %v", err)
 	}
 	return ms
+}
+
+// TestCreateChecksPrerequisitesBeforeWriting: on a management cluster
+// without Cluster API, or without the autoscaler's ClusterRole that 'mgmt
+// install' makes, create fails naming what is missing and the fix, and
+// writes nothing: no Namespace lab1 is left behind.
+func TestCreateChecksPrerequisitesBeforeWriting(t *testing.T) {
+	lab, _, err := config.Load(config.Request{Path: "../../examples/lab.yaml", Explicit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{ownerKey}
+	for _, tc := range []struct {
+		name string
+		crds []string
+		want []string
+	}{
+		{"Cluster API", nil, []string{"does not serve", "Cluster (cluster.x-k8s.io/v1beta2)", "ProxmoxCluster (infrastructure.cluster.x-k8s.io/v1alpha2)", "KubeadmControlPlane"}},
+		{"the autoscaler ClusterRole", []string{"capi", "capmox", "ipam"}, []string{"ClusterRole " + clusterapi.SharedClusterRole + " is missing"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := testbed.Start(t, testbed.WithCRDs(tc.crds...))
+			mgmt, err := kube.Connect(env.Kubeconfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, dry := range []bool{true, false} {
+				var errb bytes.Buffer
+				err = cluster.Create(t.Context(), cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &errb, Err: &errb}, Lab: lab, Name: "lab1", Mgmt: mgmt,
+					KubeconfigDir: t.TempDir(), Timeout: 10 * time.Second, DryRun: dry})
+				if err == nil {
+					t.Fatalf("create (dry run %v) on a management cluster lacking %s succeeded\n%s", dry, tc.name, errb.String())
+				}
+				for _, w := range append(tc.want, "labctl mgmt install", "nothing was written") {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("create (dry run %v): error lacks %q: %v", dry, w, err)
+					}
+				}
+			}
+			var ns corev1.Namespace
+			if err := newClient(t, env).Get(t.Context(), client.ObjectKey{Name: "lab1"}, &ns); err == nil {
+				t.Errorf("create left Namespace lab1 behind")
+			}
+		})
+	}
 }

@@ -511,15 +511,19 @@ func (r *renderer) machineDeployment(template, bootstrap string) (*clusterv1.Mac
 }
 
 // capacity is what cluster-autoscaler needs to build a worker from nothing
-// (scale from zero): CAPMOX publishes no status.capacity.
+// (scale from zero): CAPMOX publishes no status.capacity. cluster-autoscaler
+// 1.35 parses cpu and memory with resource.ParseQuantity and makes them the
+// template node's capacity and allocatable alike
+// (cloudprovider/clusterapi clusterapi_utils.go parseKey,
+// clusterapi_nodegroup.go TemplateNodeInfo), so they carry what the node
+// will offer pods, not the VM's size.
 func (r *renderer) capacity() (map[string]string, error) {
-	s := r.c.Workers.Size
-	mem, err := resource.ParseQuantity(s.Memory)
+	cpus, mem, err := r.c.Workers.Size.Allocatable()
 	if err != nil {
-		return nil, fmt.Errorf("cluster %s: workers.size.memory %q: %w", r.c.Name, s.Memory, err)
+		return nil, fmt.Errorf("cluster %s: workers.size.%w", r.c.Name, err)
 	}
 	ann := map[string]string{
-		AnnotationCPU:     strconv.Itoa(s.CPUs),
+		AnnotationCPU:     strconv.Itoa(cpus),
 		AnnotationMemory:  mem.String(),
 		AnnotationMaxPods: strconv.Itoa(kubeletMaxPods),
 		AnnotationLabels:  strings.Join(r.workerLabels(), ","),

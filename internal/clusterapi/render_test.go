@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -145,7 +146,7 @@ func TestLab1Facts(t *testing.T) {
 	ann := md.GetAnnotations()
 	for k, want := range map[string]string{
 		clusterapi.AnnotationMinSize: "0", clusterapi.AnnotationMaxSize: "5",
-		clusterapi.AnnotationCPU: "4", clusterapi.AnnotationMemory: "2Gi", clusterapi.AnnotationMaxPods: "110",
+		clusterapi.AnnotationCPU: "4", clusterapi.AnnotationMemory: "1820Mi", clusterapi.AnnotationMaxPods: "110",
 		clusterapi.AnnotationLabels: "labctl.dev/pool=workers",
 	} {
 		if ann[k] != want {
@@ -311,5 +312,37 @@ func TestRenderErrors(t *testing.T) {
 	_, err = clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", Pins: versions.MustGet()})
 	if err == nil || !strings.Contains(err.Error(), "sshPublicKey") {
 		t.Errorf("no SSH key: %v", err)
+	}
+}
+
+// TestScaleFromZeroMemoryIsAllocatable: cluster-autoscaler 1.35 makes the
+// capacity annotations its template node's capacity and allocatable
+// (cloudprovider/clusterapi clusterapi_nodegroup.go TemplateNodeInfo), so
+// the memory annotation must be what a 2 GiB worker really offers, about
+// 1.78 GiB (LAB.md), or the autoscaler adds a worker for a pod that will
+// not fit on it.
+func TestScaleFromZeroMemoryIsAllocatable(t *testing.T) {
+	lab := load(t, "../../examples/lab.yaml")
+	if lab.Clusters[0].Workers.Size.Memory != "2Gi" || lab.Clusters[0].Workers.Size.CPUs != 4 {
+		t.Fatalf("the example's worker is %+v, want the owner's 4 vCPU / 2Gi", lab.Clusters[0].Workers.Size)
+	}
+	ann := render(t, lab, "lab1").Find("MachineDeployment", "").GetAnnotations()
+	// As the autoscaler reads them (clusterapi_utils.go parseKey).
+	mem, err := resource.ParseQuantity(ann[clusterapi.AnnotationMemory])
+	if err != nil {
+		t.Fatalf("memory annotation %q: %v", ann[clusterapi.AnnotationMemory], err)
+	}
+	if gib := float64(mem.Value()) / (1 << 30); gib < 1.77 || gib > 1.79 {
+		t.Errorf("memory annotation %s = %.3f GiB, want about 1.78 GiB", mem.String(), gib)
+	}
+	for req, fits := range map[string]bool{"1.9Gi": false, "1800Mi": true, "512Mi": true} {
+		r := resource.MustParse(req)
+		if got := r.Cmp(mem) <= 0; got != fits {
+			t.Errorf("a pod requesting %s fits the template node: %v, want %v (memory %s)", req, got, fits, mem.String())
+		}
+	}
+	cpu, err := resource.ParseQuantity(ann[clusterapi.AnnotationCPU])
+	if err != nil || cpu.Value() != 4 {
+		t.Errorf("cpu annotation %q (%v), want 4: kubelet reserves no CPU here", ann[clusterapi.AnnotationCPU], err)
 	}
 }

@@ -791,8 +791,9 @@ func (v *validator) scaleTest(p *field.Path) {
 		if cpuOK && w.CPUs > 0 && cpu.MilliValue() > int64(w.CPUs)*1000 {
 			v.add(p.Child("workload", "cpu"), "%s is more than a worker of clusters[%d] (%s) has: %d vCPUs; the pods could never run, so the autoscaler would never add a worker", st.Workload.CPU, i, c.Name, w.CPUs)
 		}
-		if wm, err := resource.ParseQuantity(w.Memory); memOK && err == nil && mem.Cmp(wm) > 0 {
-			v.add(p.Child("workload", "memory"), "%s is more than a worker of clusters[%d] (%s) has: %s; the pods could never run, so the autoscaler would never add a worker", st.Workload.Memory, i, c.Name, w.Memory)
+		// Against what the node offers, not the VM's size (Allocatable).
+		if _, wm, err := w.Allocatable(); memOK && err == nil && mem.Cmp(wm) > 0 {
+			v.add(p.Child("workload", "memory"), "%s is more than a worker of clusters[%d] (%s) has: %s allocatable of its %s (see docs/clusters.md); the pods could never run, so the autoscaler would never add a worker", st.Workload.Memory, i, c.Name, wm.String(), w.Memory)
 		}
 	}
 	for _, t := range []struct{ name, val string }{

@@ -2,15 +2,11 @@ package doctor
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 
-	pve "github.com/luthermonson/go-proxmox"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/labctl/labctl/internal/config"
@@ -52,7 +48,7 @@ type privilege struct{ path, priv, who string }
 var (
 	vmPrivsLabctl = []string{"VM.Allocate", "VM.Audit", "VM.Config.CDROM", "VM.Config.CPU", "VM.Config.Cloudinit",
 		"VM.Config.Disk", "VM.Config.HWType", "VM.Config.Memory", "VM.Config.Network", "VM.Config.Options",
-		"VM.PowerMgmt", "VM.GuestAgent.Audit", "VM.GuestAgent.FileRead"}
+		"VM.PowerMgmt"}
 	vmPrivsCAPMOX = []string{"VM.Allocate", "VM.Audit", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU",
 		"VM.Config.Cloudinit", "VM.Config.Disk", "VM.Config.HWType", "VM.Config.Memory", "VM.Config.Network",
 		"VM.Config.Options", "VM.Migrate", "VM.PowerMgmt"}
@@ -116,20 +112,22 @@ func (r *Report) checkOneProxmox(ctx context.Context, o Options, lab *config.Lab
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
-	d, err := proxmox.New(h, proxmox.Options{Warn: o.IO.Err, Timeout: timeout, Retries: 2})
+	d, err := proxmox.New(h, proxmox.Options{Warn: o.IO.Err, Timeout: timeout, Retries: 2, ConnectTimeout: min(timeout, proxmox.ConnectTimeout)})
+	if err != nil {
+		r.add(prefix+" api", Fail, err.Error())
+		return
+	}
+	// One bounded attempt first (proxmox.ConnectTimeout): a dead or
+	// silent API fails here, named, instead of through every retry of
+	// every check below.
+	v, err := d.Connect(ctx)
 	if err != nil {
 		r.add(prefix+" api", Fail, err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 4*timeout)
 	defer cancel()
-
-	v, err := d.Version(ctx)
-	if err != nil {
-		r.add(prefix+" api", Fail, apiProblem(p, err))
-		return
-	}
-	r.add(prefix+" api", OK, fmt.Sprintf("PVE %s at %s; %s; token %s accepted", v, p.URL, tlsMode(p.TLS), p.TokenID))
+	r.add(prefix+" api", OK, fmt.Sprintf("%s at %s; %s; token %s accepted", v, d.URL(), tlsMode(p.TLS), p.TokenID))
 
 	if perms, err := d.Permissions(ctx); err != nil {
 		r.add(prefix+" privileges", Fail, err.Error())
@@ -207,22 +205,6 @@ func tlsMode(t config.TLS) string {
 	return "TLS verified with the system roots"
 }
 
-// apiProblem says why the API could not be used and what to change.
-func apiProblem(p *config.Proxmox, err error) string {
-	var fe *proxmox.FingerprintError
-	var cv *tls.CertificateVerificationError
-	var ua x509.UnknownAuthorityError
-	switch {
-	case errors.As(err, &fe):
-		return fmt.Sprintf("TLS does not hold: %v", fe)
-	case errors.As(err, &cv), errors.As(err, &ua), strings.Contains(err.Error(), "x509:"):
-		return fmt.Sprintf("TLS does not hold: %v. Fix: set tls.caFile to the node's /etc/pve/pve-root-ca.pem, or tls.fingerprint to the certificate's SHA-256", err)
-	case errors.Is(err, pve.ErrNotAuthorized):
-		return fmt.Sprintf("the token %s was rejected (401): check tokenID and the secret it names, and that the token exists (pveum user token list)", p.TokenID)
-	}
-	return fmt.Sprintf("the API at %s is unreachable: %v", p.URL, err)
-}
-
 func (r *Report) checkNodeStorage(ctx context.Context, d *proxmox.Driver, hv string, n config.PVENode) {
 	name := fmt.Sprintf("proxmox %s storage %s", hv, n.Name)
 	list, err := d.Storages(ctx, n.Name)
@@ -259,7 +241,8 @@ func (r *Report) checkNodeStorage(ctx context.Context, d *proxmox.Driver, hv str
 		r.add(name, Fail, strings.Join(problems, "; "))
 		return
 	}
-	r.add(name, OK, fmt.Sprintf("%s holds images; %s holds import and iso", n.Storage, n.ImageStorage))
+	vm := list[slices.IndexFunc(list, func(s proxmox.Storage) bool { return s.Name == n.Storage })]
+	r.add(name, OK, fmt.Sprintf("%s (%s, %s disks) holds images; %s holds import and iso", n.Storage, vm.Type, vm.DiskFormat(), n.ImageStorage))
 }
 
 func (r *Report) checkNodeBridge(ctx context.Context, d *proxmox.Driver, hv string, n config.PVENode) {

@@ -12,6 +12,7 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/testbed"
 	"github.com/labctl/labctl/internal/ui"
 )
 
@@ -53,6 +54,10 @@ func TestDoctorProxmoxMaxWorkersCountsStoppedVMs(t *testing.T) {
 		if c := check(t, r, name); c.Status != OK {
 			t.Errorf("%s: %s %s", name, c.Status, c.Detail)
 		}
+	}
+	// The storage type, and so the disk format image build picks, shows.
+	if c := check(t, r, "proxmox pve storage pv1-1"); !strings.Contains(c.Detail, "local-lvm (lvmthin, raw disks) holds images") {
+		t.Errorf("storage: %s", c.Detail)
 	}
 	// 29860 MiB × 160% = 47776; − 4096 stopped − 2048 running − 8192 for
 	// the management VM to come = 33440; − 4096 control plane = 29344;
@@ -96,11 +101,11 @@ func TestDoctorProxmoxStoppedVMsBelowMax(t *testing.T) {
 func TestDoctorProxmoxMissingPrivileges(t *testing.T) {
 	srv := pvetest.New(t)
 	ownerInventory(srv)
-	privs := slices.DeleteFunc(pvetest.AllPrivileges(), func(p string) bool { return p == "VM.GuestAgent.FileRead" || p == "VM.Clone" || p == "SDN.Use" })
+	privs := slices.DeleteFunc(pvetest.AllPrivileges(), func(p string) bool { return p == "VM.Allocate" || p == "VM.Clone" || p == "SDN.Use" })
 	srv.SetPrivileges("/", privs...)
 	r, _, _ := runPVE(t, pveLab(t, srv), "text")
 	c := check(t, r, "proxmox pve privileges")
-	for _, want := range []string{"lacks 3", "/vms VM.GuestAgent.FileRead (labctl)", "/vms VM.Clone (CAPMOX)", "/sdn/zones/localnetwork/vmbr0 SDN.Use (labctl, CAPMOX)", "pveum acl modify"} {
+	for _, want := range []string{"lacks 3", "/vms VM.Allocate (labctl, CAPMOX)", "/vms VM.Clone (CAPMOX)", "/sdn/zones/localnetwork/vmbr0 SDN.Use (labctl, CAPMOX)", "pveum acl modify"} {
 		if c.Status != Fail || !strings.Contains(c.Detail, want) {
 			t.Errorf("want %q in %s %s", want, c.Status, c.Detail)
 		}
@@ -127,7 +132,7 @@ func TestDoctorProxmoxTokenAndTLS(t *testing.T) {
 	path := pveLab(t, srv)
 	t.Setenv("PVE_TOKEN_SECRET", "wrong-secret-value")
 	r, out, errOut := runPVE(t, path, "text")
-	if c := check(t, r, "proxmox pve api"); c.Status != Fail || !strings.Contains(c.Detail, "token root@pam!labctl was rejected (401)") {
+	if c := check(t, r, "proxmox pve api"); c.Status != Fail || !strings.Contains(c.Detail, "token root@pam!labctl was refused (401)") {
 		t.Errorf("bad token: %s %s", c.Status, c.Detail)
 	}
 	if strings.Contains(out+errOut, "wrong-secret-value") {
@@ -136,8 +141,42 @@ func TestDoctorProxmoxTokenAndTLS(t *testing.T) {
 	path = labFile(t, "url: https://192.168.0.8:8006", "url: "+srv.URL,
 		"caFile: ~/.config/labctl/pve-root-ca.pem", "fingerprint: "+strings.Repeat("AB:", 31)+"AB")
 	r, _, _ = runPVE(t, path, "text")
-	if c := check(t, r, "proxmox pve api"); c.Status != Fail || !strings.Contains(c.Detail, "TLS does not hold") ||
+	if c := check(t, r, "proxmox pve api"); c.Status != Fail || !strings.Contains(c.Detail, "the certificate is not the pinned one") ||
 		!strings.Contains(c.Detail, proxmox.Fingerprint(srv.Certificate())) {
 		t.Errorf("pin mismatch: %s %s", c.Status, c.Detail)
+	}
+}
+
+// TestDoctorProxmoxSilentAPI: a Proxmox URL that accepts TCP and never
+// answers fails the api check after one bounded attempt (not every retry
+// of every check), naming the URL, what happened and what to check.
+func TestDoctorProxmoxSilentAPI(t *testing.T) {
+	srv := pvetest.New(t)
+	hung := testbed.StartSilent(t)
+	path := pveLab(t, srv, "url: "+srv.URL, "url: https://"+hung.Addr)
+	var out, errb bytes.Buffer
+	r, _ := Run(t.Context(), Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Output: "text",
+		Request: config.Request{Path: path, Explicit: true}, Timeout: time.Second})
+	c := check(t, r, "proxmox pve api")
+	for _, want := range []string{"Proxmox API https://" + hung.Addr, "did not answer within 1s", "check that the URL names the PVE API"} {
+		if c.Status != Fail || !strings.Contains(c.Detail, want) {
+			t.Errorf("want %q in %s %s", want, c.Status, c.Detail)
+		}
+	}
+	if n := hung.Conns(); n != 1 {
+		t.Errorf("doctor connected %d times to a silent API, want 1", n)
+	}
+}
+
+// TestDoctorProxmoxPrintsFingerprintToPin: with neither a CA nor a pin, the
+// self-signed certificate fails, and doctor prints its SHA-256 fingerprint
+// in the form tls.fingerprint takes.
+func TestDoctorProxmoxPrintsFingerprintToPin(t *testing.T) {
+	srv := pvetest.New(t)
+	path := pveLab(t, srv, "fingerprint: "+proxmox.Fingerprint(srv.Certificate()), "fingerprint: \"\"")
+	r, _, _ := runPVE(t, path, "text")
+	c := check(t, r, "proxmox pve api")
+	if c.Status != Fail || !strings.Contains(c.Detail, "SHA-256 fingerprint "+proxmox.Fingerprint(srv.Certificate())) || !strings.Contains(c.Detail, "tls.fingerprint") {
+		t.Errorf("unpinned self-signed certificate: %s %s", c.Status, c.Detail)
 	}
 }

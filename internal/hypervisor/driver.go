@@ -34,6 +34,17 @@ type HostPreparer interface {
 	PrepareHost(ctx context.Context) error
 }
 
+// Connector is implemented by drivers of a remote API (Proxmox). Connect
+// asks it once, within a bounded time, whether it answers and takes
+// labctl's credentials, and says what to check when not; it returns what
+// answered (e.g. "PVE 8.4.1"). Use cases run it first, in a step of its
+// own named "connect to " + Endpoint(), so a dead API is not reported by
+// whatever step happens to talk to it first.
+type Connector interface {
+	Endpoint() string
+	Connect(ctx context.Context) (string, error)
+}
+
 // StableMAC is the MAC labctl gives a VM's first NIC: locally
 // administered, in QEMU's 52:54:00 range, derived from lab and VM name, so
 // re-creating a VM keeps its address and DHCP reservations.

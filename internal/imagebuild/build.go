@@ -24,8 +24,14 @@ import (
 
 // Templater is what image build and list need from a Proxmox driver.
 type Templater interface {
+	// Templates are the templates tagged labctl.
 	Templates(ctx context.Context) ([]hypervisor.VM, error)
 	AddTags(ctx context.Context, node string, vmid int, tags []string) error
+	// NodeTemplates are every template on a node, tagged or not: they
+	// hold the one image-builder made before labctl tags it.
+	NodeTemplates(ctx context.Context, node string) ([]hypervisor.VM, error)
+	// Storages gives the storage type the disk format depends on.
+	Storages(ctx context.Context, node string) ([]proxmox.Storage, error)
 }
 
 var _ Templater = (*proxmox.Driver)(nil)
@@ -172,11 +178,6 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 	if err != nil {
 		return err
 	}
-	if o.DryRun {
-		if err := p.show(o.IO.Out); err != nil {
-			return err
-		}
-	}
 	drv, err := o.Open(ctx, lab, img.Hypervisor)
 	if err != nil {
 		return err
@@ -186,9 +187,21 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 	if !ok {
 		return fmt.Errorf("hypervisor %s cannot hold image-builder templates; images for libvirt hosts come in a later release", img.Hypervisor)
 	}
-	tags := img.TemplateTags()
-	var vmid int
 	node := p.vars["node"]
+	format, err := diskFormat(ctx, tm, node, p.vars["storage_pool"])
+	if err != nil {
+		return err
+	}
+	p.vars["disk_format"] = format
+	if o.DryRun {
+		if err := p.show(o.IO.Out); err != nil {
+			return err
+		}
+	}
+	tags := img.TemplateTags()
+	name := p.vars["artifact_name"]
+	var vmid int
+	var adopted bool
 	steps := []step.Step{
 		{
 			// Checked in dry runs too; nothing to change when they are met.
@@ -204,11 +217,27 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 				if err != nil || have != nil {
 					return nil, err
 				}
-				return []string{fmt.Sprintf("run make %s in %s (Kubernetes %s, node %s)", p.target, p.dir, img.KubernetesVersion, node)}, nil
+				left, err := untagged(ctx, tm, node, name)
+				if err != nil {
+					return nil, err
+				}
+				if left != nil {
+					// An earlier run built it but did not tag it: take it
+					// rather than build a duplicate.
+					vmid, adopted = left.ID, true
+					return []string{fmt.Sprintf("use template %d (%s), which an earlier build left untagged, instead of building another", vmid, name)}, nil
+				}
+				return []string{fmt.Sprintf("run make %s in %s (Kubernetes %s, node %s, template %s)", p.target, p.dir, img.KubernetesVersion, node, name)}, nil
 			},
 			Apply: func(ctx context.Context) error {
+				if adopted {
+					return nil
+				}
 				id, err := p.build(ctx)
-				vmid = id
+				if err != nil {
+					return err
+				}
+				vmid, err = built(ctx, tm, node, name, id, p.logPath)
 				return err
 			},
 		},
@@ -222,7 +251,7 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 				if vmid == 0 {
 					return []string{"tag the new template " + strings.Join(tags, ", ")}, nil
 				}
-				return []string{fmt.Sprintf("tag template %d %s", vmid, strings.Join(tags, ", "))}, nil
+				return []string{fmt.Sprintf("tag template %d (%s) %s", vmid, name, strings.Join(tags, ", "))}, nil
 			},
 			Apply: func(ctx context.Context) error {
 				return tm.AddTags(ctx, node, vmid, tags)
@@ -241,6 +270,20 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 	return nil
 }
 
+// diskFormat is image-builder's disk_format for the node's VM storage,
+// from the storage's type on the API.
+func diskFormat(ctx context.Context, tm Templater, node, storage string) (string, error) {
+	list, err := tm.Storages(ctx, node)
+	if err != nil {
+		return "", err
+	}
+	i := slices.IndexFunc(list, func(s proxmox.Storage) bool { return s.Name == storage })
+	if i < 0 {
+		return "", fmt.Errorf("node %s has no storage %q (lab.yaml hypervisors[].proxmox.nodes[].storage); 'labctl doctor' lists what it has", node, storage)
+	}
+	return list[i].DiskFormat(), nil
+}
+
 // find returns the template carrying all tags, or nil.
 func find(ctx context.Context, tm Templater, tags []string) (*hypervisor.VM, error) {
 	ts, err := tm.Templates(ctx)
@@ -255,8 +298,64 @@ func find(ctx context.Context, tm Templater, tags []string) (*hypervisor.VM, err
 	return nil, nil
 }
 
+// named lists the templates on node called name.
+func named(ctx context.Context, tm Templater, node, name string) ([]hypervisor.VM, error) {
+	vms, err := tm.NodeTemplates(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	var out []hypervisor.VM
+	for _, v := range vms {
+		if v.Name == name {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// untagged is the one template called name on node that an earlier build
+// left untagged, or nil. Several are an error: labctl cannot tell which
+// one to keep.
+func untagged(ctx context.Context, tm Templater, node, name string) (*hypervisor.VM, error) {
+	ts, err := named(ctx, tm, node, name)
+	if err != nil || len(ts) == 0 {
+		return nil, err
+	}
+	if len(ts) > 1 {
+		return nil, fmt.Errorf("node %s has %d templates named %s (VMIDs %s) and none is tagged; delete all but one and run 'labctl image build' again to tag it", node, len(ts), name, vmids(ts))
+	}
+	return &ts[0], nil
+}
+
+// built finds the template a build made: the VMID Packer printed,
+// checked on the API, or else the one template called name.
+func built(ctx context.Context, tm Templater, node, name string, id int, log string) (int, error) {
+	ts, err := named(ctx, tm, node, name)
+	if err != nil {
+		return 0, err
+	}
+	if id != 0 {
+		if !slices.ContainsFunc(ts, func(v hypervisor.VM) bool { return v.ID == id }) {
+			return 0, &BuildError{Err: fmt.Errorf("packer reported template %d, but node %s has no template %d named %s", id, node, id, name), Log: log}
+		}
+		return id, nil
+	}
+	if len(ts) != 1 {
+		return 0, &BuildError{Err: fmt.Errorf("packer printed no template VMID and node %s has %d templates named %s (%s)", node, len(ts), name, vmids(ts)), Log: log}
+	}
+	return ts[0].ID, nil
+}
+
+func vmids(vms []hypervisor.VM) string {
+	ids := make([]string, 0, len(vms))
+	for _, v := range vms {
+		ids = append(ids, strconv.Itoa(v.ID))
+	}
+	return strings.Join(ids, ", ")
+}
+
 // build writes the var file and log (0600), runs image-builder and returns
-// the template's VMID.
+// the template's VMID as Packer printed it, or 0 when it printed none.
 func (p *plan) build(ctx context.Context) (int, error) {
 	if err := os.MkdirAll(filepath.Dir(p.varFile), 0o700); err != nil {
 		return 0, err
@@ -276,7 +375,7 @@ func (p *plan) build(ctx context.Context) (int, error) {
 	id, err := run(ctx, p.dir, p.target, p.childEnv, p.sc, f, p.logPath, func(msg string) {
 		step.Progress(ctx, "%s", msg)
 	})
-	if err != nil {
+	if err != nil || id == "" {
 		return 0, err
 	}
 	// The proxmox builder's artifact id is the VMID; accept node:vmid too.

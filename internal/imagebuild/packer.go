@@ -2,6 +2,7 @@ package imagebuild
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 )
 
@@ -34,6 +35,30 @@ func (l Line) Artifact() (string, bool) {
 		return l.Data[2], true
 	}
 	return "", false
+}
+
+// ansiRe matches the terminal colour codes of Packer's ColoredUi, which
+// image-builder turns on (PACKER_FLAGS += -color=true for build targets).
+var ansiRe = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+// StripColor drops terminal colour codes from a line of Packer's output.
+func StripColor(s string) string { return ansiRe.ReplaceAllString(s, "") }
+
+// humanArtifactRe is the line packer build prints for each artifact in its
+// human UI (hashicorp/packer v1.9.5 command/build.go: "--> NAME: " +
+// Artifact.String()), with the Proxmox plugin's String() "A template was
+// created: <VMID>" (packer-plugin-proxmox builder/proxmox/common/artifact.go).
+var humanArtifactRe = regexp.MustCompile(`^--> .+: A template was created: (\d+)\s*$`)
+
+// HumanArtifact returns the VMID of a colour-stripped human UI artifact
+// line. image-builder's Makefile runs packer build without
+// -machine-readable, so this is the line a real build prints.
+func HumanArtifact(line string) (string, bool) {
+	m := humanArtifactRe.FindStringSubmatch(line)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
 }
 
 // Message is the human text of a ui line (say, message, error) and whether

@@ -85,8 +85,13 @@ func (e *BuildError) Error() string {
 func (e *BuildError) Unwrap() error { return e.Err }
 
 // run runs make TARGET in dir with env, writes every output line scrubbed
-// to log, reports each Packer message to progress and returns the
-// artifact id.
+// (and without colour codes) to log, reports each Packer message to
+// progress and returns the artifact id Packer printed, or "" when it
+// printed none.
+//
+// Packer prints machine-readable lines only when -machine-readable is in
+// its own argv, which image-builder's Makefile never passes; its human UI
+// is what a real build prints. Both are read.
 func run(ctx context.Context, dir, target string, env []string, sc *Scrubber, log io.Writer, logPath string, progress func(string)) (string, error) {
 	path := ""
 	for _, kv := range env {
@@ -116,7 +121,7 @@ func run(ctx context.Context, dir, target string, env []string, sc *Scrubber, lo
 		for {
 			raw, err := r.ReadString('\n')
 			if raw != "" {
-				line := sc.String(strings.TrimRight(raw, "\r\n"))
+				line := StripColor(sc.String(strings.TrimRight(raw, "\r\n")))
 				_, _ = fmt.Fprintln(log, line)
 				if l, ok := ParseLine(line); ok {
 					if id, ok := l.Artifact(); ok {
@@ -131,6 +136,16 @@ func run(ctx context.Context, dir, target string, env []string, sc *Scrubber, lo
 						progress(first)
 					}
 				} else if t := strings.TrimSpace(line); t != "" {
+					if id, ok := HumanArtifact(t); ok {
+						artifact = id
+					} else if strings.HasPrefix(t, "--> ") || strings.Contains(t, "' errored after ") {
+						// The human UI's error lines: "Build 'NAME' errored
+						// after …" and, in the summary, "--> NAME: error".
+						lastErr = t
+					}
+					if strings.HasPrefix(t, "==> ") {
+						progress(t)
+					}
 					lastMsg = t
 				}
 			}
@@ -151,9 +166,6 @@ func run(ctx context.Context, dir, target string, env []string, sc *Scrubber, lo
 			lastErr = lastMsg
 		}
 		return "", &BuildError{Err: werr, LastLine: lastErr, Log: logPath}
-	}
-	if artifact == "" {
-		return "", &BuildError{Err: errors.New("packer printed no artifact id (no '...,artifact,0,id,<VMID>' line)"), Log: logPath}
 	}
 	return artifact, nil
 }

@@ -39,6 +39,9 @@ func Vars(lab *config.Lab, img config.Image) (map[string]string, error) {
 		"iso_storage_pool":       n.ImageStorage,
 		"storage_pool":           n.Storage,
 		"bridge":                 n.Bridge,
+		// labctl names the template itself, so that it can find it on
+		// the API after the build whatever Packer printed.
+		"artifact_name": TemplateName(img),
 	}
 	if lab.Network.VLAN != 0 {
 		v["vlan_tag"] = strconv.Itoa(lab.Network.VLAN)
@@ -48,6 +51,10 @@ func Vars(lab *config.Lab, img config.Image) (map[string]string, error) {
 	}
 	return v, nil
 }
+
+// TemplateName is the name image build gives img's template (Packer's
+// template_name, from image-builder's artifact_name variable).
+func TemplateName(img config.Image) string { return img.Name + "-" + img.KubernetesVersion }
 
 // target finds the Proxmox hypervisor and node img is built on.
 func target(lab *config.Lab, img config.Image) (*config.Hypervisor, config.PVENode, error) {

@@ -74,6 +74,9 @@ func tune(cfg *rest.Config) {
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = clientQPS, clientBurst
 	}
+	if cfg.Dial == nil {
+		cfg.Dial = dial
+	}
 }
 
 // Connect loads the kubeconfig at path (its current context) and returns a

@@ -8,7 +8,10 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/labctl/labctl/internal/cluster"
+	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
@@ -28,6 +31,18 @@ type DownOptions struct {
 	// Yes skips the question.
 	Yes  bool
 	Open OpenFunc
+	// Kubeconfig reaches the management cluster; empty means the one mgmt
+	// up stored.
+	Kubeconfig string
+	// DeleteClusters deletes the workload clusters through Cluster API
+	// first, and waits for them to go; without it, Down refuses while
+	// any exist.
+	DeleteClusters bool
+	// SkipClusterCheck deletes the VMs without asking the management
+	// cluster, for one that no longer answers.
+	SkipClusterCheck bool
+	// Timeout bounds each wait of a cluster deletion; 0 is the default.
+	Timeout time.Duration
 }
 
 // Down deletes the VMs labctl made for this lab on the management
@@ -56,6 +71,20 @@ func Down(ctx context.Context, o DownOptions) error {
 		fmt.Fprintf(o.IO.Err, "no VM of lab %s on %s: nothing to delete\n", name, drv.Name())
 		return nil
 	}
+	// Before anything goes: the workload clusters live only in the
+	// management cluster's Cluster API objects. Deleting it under them
+	// would orphan their VMs, with nothing left that knows them.
+	workloads, mc, err := workloadClusters(ctx, o, lab)
+	if err != nil {
+		return err
+	}
+	if len(workloads) > 0 && !o.DeleteClusters {
+		return fmt.Errorf("refusing to delete the management VM of lab %s: Cluster API there still manages %d workload cluster(s), whose VMs would be left behind with nothing that knows them:\n%s\ndelete them first ('labctl cluster delete NAME'), or pass --delete-clusters to have mgmt down delete them through Cluster API and wait",
+			name, len(workloads), listClusters(workloads))
+	}
+	if len(workloads) > 0 {
+		fmt.Fprintf(o.IO.Err, "workload clusters to delete first, through Cluster API (with their VMs):\n%s\n", listClusters(workloads))
+	}
 	fmt.Fprintf(o.IO.Err, "VMs of lab %s on %s:\n", name, drv.Name())
 	for _, v := range vms {
 		fmt.Fprintf(o.IO.Err, "  %s\n", describe(v))
@@ -65,10 +94,22 @@ func Down(ctx context.Context, o DownOptions) error {
 		return nil
 	}
 	if !o.Yes {
-		fmt.Fprintf(o.IO.Err, "Stop and delete these %d VM(s) with their disks? [y/N] ", len(vms))
+		q := fmt.Sprintf("Stop and delete these %d VM(s) with their disks?", len(vms))
+		if len(workloads) > 0 {
+			q = fmt.Sprintf("Delete %d workload cluster(s), then stop and delete these %d VM(s) with their disks?", len(workloads), len(vms))
+		}
+		fmt.Fprintf(o.IO.Err, "%s [y/N] ", q)
 		answer, _ := bufio.NewReader(o.IO.In).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 			return ErrAborted
+		}
+	}
+	for _, w := range workloads {
+		err := cluster.Delete(ctx, cluster.DeleteOptions{Yes: true, Options: cluster.Options{
+			IO: o.IO, Lab: lab, Name: w.Name, Mgmt: mc, Timeout: o.Timeout,
+		}})
+		if err != nil {
+			return fmt.Errorf("deleting workload cluster %s before the management VM (nothing of the management VM was deleted): %w", w.Name, err)
 		}
 	}
 	steps := make([]step.Step, 0, len(vms))
@@ -86,6 +127,52 @@ func Down(ctx context.Context, o DownOptions) error {
 		}
 	}
 	return nil
+}
+
+// workloadClusters lists the Cluster API Clusters on the management
+// cluster. With no stored kubeconfig, mgmt up never finished, so no
+// cluster can have been made on it.
+func workloadClusters(ctx context.Context, o DownOptions, lab *config.Lab) ([]kube.Ref, *kube.Client, error) {
+	if o.SkipClusterCheck {
+		fmt.Fprintln(o.IO.Err, "not asking the management cluster for workload clusters (--skip-cluster-check): the VMs of any are left behind")
+		return nil, nil, nil
+	}
+	path := o.Kubeconfig
+	if path == "" {
+		p, err := kube.MgmtKubeconfigPath(lab.Metadata.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, nil
+		}
+		path = p
+	}
+	mc, err := kube.Connect(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	list, err := mc.List(ctx, cluster.ClusterGVK, "", "")
+	if err != nil {
+		return nil, nil, fmt.Errorf("asking the management cluster %s for workload clusters before deleting it: %w; if it no longer answers, --skip-cluster-check deletes the VM anyway, leaving any workload cluster's VMs behind", mc.Host(), err)
+	}
+	var out []kube.Ref
+	for _, c := range list {
+		if c.GetNamespace() != clusterapi.Namespace(c.GetName()) {
+			return nil, nil, fmt.Errorf("refusing to delete the management VM of lab %s: Cluster %s/%s was not made by labctl (it is not in namespace %s); delete it with Cluster API yourself first",
+				lab.Metadata.Name, c.GetNamespace(), c.GetName(), clusterapi.Namespace(c.GetName()))
+		}
+		out = append(out, kube.Ref{GVK: cluster.ClusterGVK, Namespace: c.GetNamespace(), Name: c.GetName()})
+	}
+	return out, mc, nil
+}
+
+func listClusters(refs []kube.Ref) string {
+	lines := make([]string, len(refs))
+	for i, r := range refs {
+		lines[i] = "  Cluster " + r.Namespace + "/" + r.Name
+	}
+	return strings.Join(lines, "\n")
 }
 
 func describe(v hypervisor.VM) string {

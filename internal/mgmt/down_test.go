@@ -7,10 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/testbed"
 	"github.com/labctl/labctl/internal/ui"
 )
 
@@ -108,5 +113,81 @@ func TestKubeconfigPrintAndWrite(t *testing.T) {
 	}
 	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Request: req, Path: dst}); err == nil || !strings.Contains(err.Error(), "--force") {
 		t.Errorf("overwrite without --force: %v", err)
+	}
+}
+
+// TestDownRefusesWhileClustersExist: with a workload cluster in the
+// management cluster's Cluster API (the real CRDs on the test bed API
+// server), mgmt down refuses and lists it; --delete-clusters deletes it
+// through Cluster API, waits, and only then deletes the management VM.
+func TestDownRefusesWhileClustersExist(t *testing.T) {
+	srv, req := downBed(t)
+	env := testbed.Start(t, testbed.WithCRDs("capi"))
+	raw, err := os.ReadFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := kube.MgmtKubeconfigPath("home")
+	if err := kube.WritePrivate(stored, raw); err != nil {
+		t.Fatal(err)
+	}
+	mc, err := kube.Connect(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "lab1"}}}
+	cl := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+		"metadata": map[string]any{"name": "lab1", "namespace": "lab1"},
+		"spec":     map[string]any{"paused": false},
+	}}
+	if _, err := mc.Apply(t.Context(), []*unstructured.Unstructured{ns, cl}, kube.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clRef := kube.Ref{GVK: cluster.ClusterGVK, Namespace: "lab1", Name: "lab1"}
+	run := func(answer string, dry, deleteClusters bool) (string, error) {
+		var out bytes.Buffer
+		err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out}, Request: req,
+			DryRun: dry, Yes: answer == "", DeleteClusters: deleteClusters, Timeout: 30 * time.Second})
+		return out.String(), err
+	}
+
+	out, err := run("", false, false)
+	if err == nil || !strings.Contains(err.Error(), "refusing to delete the management VM") || !strings.Contains(err.Error(), "Cluster lab1/lab1") ||
+		!strings.Contains(err.Error(), "--delete-clusters") {
+		t.Fatalf("mgmt down with a workload cluster = %v\n%s", err, out)
+	}
+	if len(srv.VMs()) != 3 {
+		t.Fatalf("a refused mgmt down deleted VMs: %v", ids(srv))
+	}
+
+	out, err = run("", true, true)
+	if err != nil || !strings.Contains(out, "workload clusters to delete first") || !strings.Contains(out, "Cluster lab1/lab1") {
+		t.Fatalf("dry run with --delete-clusters: %v\n%s", err, out)
+	}
+	if _, found, _ := mc.Get(t.Context(), clRef); !found || len(srv.VMs()) != 3 {
+		t.Fatal("the dry run deleted something")
+	}
+	if out, err := run("n\n", false, true); !errors.Is(err, ErrAborted) {
+		t.Fatalf("answered no: %v\n%s", err, out)
+	}
+	if _, found, _ := mc.Get(t.Context(), clRef); !found {
+		t.Fatal("answering no deleted the cluster")
+	}
+
+	out, err = run("y\n", false, true)
+	if err != nil {
+		t.Fatalf("mgmt down --delete-clusters: %v\n%s", err, out)
+	}
+	if _, found, err := mc.Get(t.Context(), clRef); found || err != nil {
+		t.Errorf("Cluster lab1/lab1 is still there (%v)", err)
+	}
+	if got := ids(srv); len(got) != 2 {
+		t.Errorf("left %v, want the hand-made VM and the other lab's", got)
+	}
+	for _, want := range []string{"delete cluster lab1", "wait for the Cluster to go", "delete labctl-mgmt (VMID 201 on pv1-1)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/netip"
@@ -18,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/crypto/ssh"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -29,6 +31,7 @@ import (
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/vmssh"
 )
 
 // Installer is 'labctl mgmt install' as mgmt up runs it last. The
@@ -107,6 +110,12 @@ type UpRun struct {
 	static     netip.Prefix // zero for DHCP
 	kubeconfig string
 	apiPort    uint16 // k3s's 6443; tests point it at the test bed
+	sshPort    uint16 // sshd's 22; tests point it at their sshd
+	// hostKeyFile holds the VM's SSH host key (0600), which labctl makes
+	// and hands over through cloud-init, so the VM is known before it
+	// is reached.
+	hostKeyFile string
+	auth        []ssh.Signer // the user's key, to read the kubeconfig
 
 	img  hypervisor.Image
 	vm   hypervisor.VM
@@ -117,7 +126,7 @@ type UpRun struct {
 // SSH keys, sizes, the address and where the kubeconfig goes.
 func NewUp(lab *config.Lab, drv hypervisor.Driver, o UpOptions) (*UpRun, error) {
 	m := lab.Management
-	u := &UpRun{lab: lab, drv: drv, opts: o, apiPort: 6443}
+	u := &UpRun{lab: lab, drv: drv, opts: o, apiPort: 6443, sshPort: 22}
 	if u.opts.AddressTimeout == 0 {
 		u.opts.AddressTimeout = 15 * time.Minute
 	}
@@ -147,10 +156,33 @@ func NewUp(lab *config.Lab, drv hypervisor.Driver, o UpOptions) (*UpRun, error) 
 	if u.kubeconfig, err = kube.MgmtKubeconfigPath(lab.Metadata.Name); err != nil {
 		return nil, err
 	}
-	if _, err := u.vmSpec(nil); err != nil {
+	if u.hostKeyFile, err = MgmtHostKeyPath(lab.Metadata.Name); err != nil {
 		return nil, err
 	}
+	if _, err := u.vmSpec(nil, nil); err != nil {
+		return nil, err
+	}
+	if !o.DryRun {
+		// Before anything is made: without the private half of an
+		// authorized key, labctl could not read the kubeconfig.
+		if u.auth, err = vmssh.UserAuth(u.keys, m.SSHPublicKeyFile); err != nil {
+			return nil, err
+		}
+	}
 	return u, nil
+}
+
+// MgmtHostKeyFile is the management VM's SSH host key in the lab's state
+// folder, beside its kubeconfig.
+const MgmtHostKeyFile = "mgmt-ssh-host-key"
+
+// MgmtHostKeyPath is $XDG_CONFIG_HOME/labctl/<lab>/mgmt-ssh-host-key.
+func MgmtHostKeyPath(lab string) (string, error) {
+	dir, err := kube.StateDir(lab)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, MgmtHostKeyFile), nil
 }
 
 // sshKeys are management.sshPublicKeys plus the key in sshPublicKeyFile.
@@ -188,7 +220,7 @@ func sshKeys(m config.Management) ([]string, error) {
 // traefik off and the VM's address in its certificate, the installer's
 // manifests in k3s's auto-deploy folder, and a static address when
 // management.ip is set.
-func (u *UpRun) vmSpec(manifests []cloudinit.File) (hypervisor.VMSpec, error) {
+func (u *UpRun) vmSpec(manifests []cloudinit.File, hostKey *cloudinit.HostKey) (hypervisor.VMSpec, error) {
 	m := u.lab.Management
 	mem, err := resource.ParseQuantity(m.Size.Memory)
 	if err != nil {
@@ -203,7 +235,7 @@ func (u *UpRun) vmSpec(manifests []cloudinit.File) (hypervisor.VMSpec, error) {
 	if u.static.IsValid() {
 		k3s.TLSSANs = []string{u.static.Addr().String()}
 	}
-	ud, err := cloudinit.UserData(cloudinit.Config{Hostname: m.Name, User: m.User, SSHKeys: u.keys, K3s: k3s})
+	ud, err := cloudinit.UserData(cloudinit.Config{Hostname: m.Name, User: m.User, SSHKeys: u.keys, HostKey: hostKey, K3s: k3s})
 	if err != nil {
 		return hypervisor.VMSpec{}, fmt.Errorf("management VM: %w", err)
 	}
@@ -238,6 +270,9 @@ func (u *UpRun) vmSpec(manifests []cloudinit.File) (hypervisor.VMSpec, error) {
 func (u *UpRun) Steps() []step.Step {
 	m := u.lab.Management
 	var steps []step.Step
+	if c, ok := u.drv.(hypervisor.Connector); ok {
+		steps = append(steps, step.Step{Name: "connect to " + c.Endpoint(), Check: c.Connect})
+	}
 	if hp, ok := u.drv.(hypervisor.HostPreparer); ok {
 		steps = append(steps, step.Step{
 			Name:  "prepare hypervisor " + u.drv.Name(),
@@ -325,7 +360,11 @@ func (u *UpRun) applyCreate(ctx context.Context) error {
 			return fmt.Errorf("rendering the k3s manifests of mgmt install: %w", err)
 		}
 	}
-	spec, err := u.vmSpec(manifests)
+	hk, err := vmssh.LoadOrCreateHostKey(u.hostKeyFile)
+	if err != nil {
+		return err
+	}
+	spec, err := u.vmSpec(manifests, hk.CloudInit())
 	if err != nil {
 		return err
 	}
@@ -361,19 +400,24 @@ func (u *UpRun) waitAddress(ctx context.Context) error {
 			return err
 		}
 	}
+	if u.static.IsValid() {
+		// lab.yaml says where the VM is: nothing in the guest has to
+		// report it (Ubuntu's cloud image has no guest agent). The next
+		// steps reach it there, or say they cannot.
+		u.addr = u.static.Addr()
+		step.Progress(ctx, "%s (management.ip in lab.yaml)", u.addr)
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, u.opts.AddressTimeout)
 	defer cancel()
-	stop := ticker(ctx, "waiting for the guest to report its address")
+	stop := ticker(ctx, "waiting for "+u.drv.Name()+" to report the DHCP address of "+u.vm.Name)
 	addr, err := u.drv.WaitAddress(ctx, u.vm)
 	stop()
 	if err != nil {
 		return err
 	}
-	if u.static.IsValid() && addr != u.static.Addr() {
-		return fmt.Errorf("VM %s reports address %s, but lab.yaml sets management.ip %s; check the network config of the VM", u.vm.Name, addr, u.static.Addr())
-	}
 	u.addr = addr
-	step.Progress(ctx, "%s", addr)
+	step.Progress(ctx, "%s (DHCP)", addr)
 	return nil
 }
 
@@ -413,7 +457,7 @@ func (u *UpRun) waitAPI(ctx context.Context) error {
 }
 
 func (u *UpRun) planKubeconfig(ctx context.Context) ([]string, error) {
-	want := fmt.Sprintf("fetch %s from the VM, point it at https://<VM address>:6443 and store it at %s (mode 0600)", cloudinit.K3sKubeconfigPath, u.kubeconfig)
+	want := fmt.Sprintf("read %s from the VM over SSH (host key checked against %s), point it at https://<VM address>:6443 and store it at %s (mode 0600)", cloudinit.K3sKubeconfigPath, u.hostKeyFile, u.kubeconfig)
 	if !u.addr.IsValid() { // dry run: the VM is not up
 		return []string{want}, nil
 	}
@@ -427,22 +471,45 @@ func (u *UpRun) planKubeconfig(ctx context.Context) ([]string, error) {
 	return []string{want}, nil
 }
 
-// fetchKubeconfig reads k3s's kubeconfig through the driver, waiting for
-// k3s to write it, and rewrites it for use from outside the VM.
+// fetchKubeconfig reads k3s's kubeconfig over SSH as the lab's user,
+// checking the VM's host key against the one labctl gave it, waiting for
+// sshd and for k3s to write the file, and rewrites it for use from
+// outside the VM.
 func (u *UpRun) fetchKubeconfig(ctx context.Context) ([]byte, error) {
+	hk, err := vmssh.LoadHostKey(u.hostKeyFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("VM %s exists, but its SSH host key %s does not: labctl makes that key when it creates the VM, so this VM was made from another machine or the file was removed; copy %s from there, or run 'labctl mgmt down' and 'labctl mgmt up' to make the VM again", u.lab.Management.Name, u.hostKeyFile, filepath.Base(u.hostKeyFile))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if u.auth == nil {
+		if u.auth, err = vmssh.UserAuth(u.keys, u.lab.Management.SSHPublicKeyFile); err != nil {
+			return nil, err
+		}
+	}
+	t := vmssh.Target{Addr: netip.AddrPortFrom(u.addr, u.sshPort), User: u.lab.Management.User, HostKey: hk.PublicKey(), Auth: u.auth}
 	ctx, cancel := context.WithTimeout(ctx, u.opts.APITimeout)
 	defer cancel()
+	began := time.Now()
 	for {
-		raw, err := u.drv.ReadFile(ctx, u.vm, cloudinit.K3sKubeconfigPath)
+		raw, err := vmssh.ReadFile(ctx, t, cloudinit.K3sKubeconfigPath)
 		if err == nil {
 			return rewriteKubeconfig(raw, u.addr, u.lab.Metadata.Name)
 		}
-		if !errors.Is(err, hypervisor.ErrNotFound) {
+		var what string
+		switch {
+		case errors.Is(err, vmssh.ErrNotReady):
+			what = fmt.Sprintf("waiting for sshd on %s (host key %s)", t.Addr, hk.Fingerprint())
+		case errors.Is(err, vmssh.ErrNotFound):
+			what = fmt.Sprintf("waiting for k3s to write %s", cloudinit.K3sKubeconfigPath)
+		default:
 			return nil, err
 		}
+		step.Progress(ctx, "%s (%s)", what, ui.Duration(time.Since(began).Truncate(time.Second)))
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("k3s did not write %s: %w", cloudinit.K3sKubeconfigPath, ctx.Err())
+			return nil, fmt.Errorf("%s: %w (last: %v)", what, ctx.Err(), err)
 		case <-time.After(2 * time.Second):
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/crypto/ssh"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -28,12 +29,16 @@ import (
 	"github.com/labctl/labctl/internal/testbed"
 	"github.com/labctl/labctl/internal/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/vmssh/sshtest"
 )
 
 // mgmt up on Proxmox: the real driver against the strict fake PVE (every
-// request checked against the real PVE API schema), whose VM's guest agent
-// hands out the kubeconfig of the real test bed API server. The lab is the
-// owner's, moved to loopback so nothing leaves this machine.
+// request checked against the real PVE API schema). Its VMs have no guest
+// agent, as the Ubuntu 24.04 cloud image has none: the agent endpoints
+// answer 500 "QEMU guest agent is not running". The VM's sshd (sshtest, on
+// loopback) serves the host key labctl put in the seed ISO the fake PVE
+// received, and hands out the kubeconfig of the real test bed API server.
+// The lab is the owner's, moved to loopback so nothing leaves this machine.
 
 var pveImage = bytes.Repeat([]byte("noble-qcow2 "), 4096)
 
@@ -65,8 +70,7 @@ func proxmoxLabYAML(t *testing.T, srv *pvetest.Server) []byte {
 	doc["network"] = map[string]any{"cidr": "127.0.0.0/24", "gateway": "127.0.0.254", "vlan": 4, "dns": []string{"127.0.0.254"}}
 	m := doc["management"].(map[string]any)
 	m["ip"] = "127.0.0.1"
-	delete(m, "sshPublicKeyFile")
-	m["sshPublicKeys"] = []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMgmt test@labctl"}
+	m["sshPublicKeyFile"] = userKeyOf(t).pubFile
 	sum := sha256.Sum256(pveImage)
 	m["image"] = map[string]any{"url": pveImageURL, "checksum": "sha256:" + hex.EncodeToString(sum[:])}
 	delete(doc, "images")
@@ -77,20 +81,23 @@ func proxmoxLabYAML(t *testing.T, srv *pvetest.Server) []byte {
 }
 
 type pveBed struct {
-	srv *pvetest.Server
-	lab *config.Lab
-	drv *proxmox.Driver
-	kc  []byte
-	log bytes.Buffer
+	srv   *pvetest.Server
+	lab   *config.Lab
+	drv   *proxmox.Driver
+	kc    []byte
+	log   bytes.Buffer
+	guest *sshtest.Guest
 }
 
 func newPVEBed(t *testing.T, kc []byte) *pveBed {
 	t.Helper()
 	b := &pveBed{srv: pvetest.New(t, pvetest.WithAddr("127.0.0.2:0"),
-		pvetest.WithTaskDelay(5*time.Millisecond), pvetest.WithAgentDelay(5*time.Millisecond)), kc: kc}
+		pvetest.WithTaskDelay(5*time.Millisecond), pvetest.WithoutGuestAgent()), kc: kc}
 	b.srv.ServeURL(pveImageURL, pveImage)
-	b.srv.OnFileRead(func(_ *pvetest.VM, p string) ([]byte, bool) { return kc, p == "/etc/rancher/k3s/k3s.yaml" })
 	b.lab = proxmoxLab(t, b.srv)
+	b.guest = sshtest.Start(t, "ubuntu", userKey(t))
+	b.guest.HostKeyFrom(b.seedHostKey(t))
+	b.guest.ServeFiles(func(p string) ([]byte, bool) { return kc, p == "/etc/rancher/k3s/k3s.yaml" })
 	d, err := proxmox.New(b.lab.Hypervisors[0], proxmox.Options{Warn: &b.log, Log: &b.log, Verbose: 9,
 		Timeout: 2 * time.Second, Backoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	if err != nil {
@@ -109,8 +116,37 @@ func (b *pveBed) up(t *testing.T, ctx context.Context, inst Installer) (string, 
 		t.Fatal(err)
 	}
 	u.apiPort = apiPortOf(t, b.kc)
+	u.sshPort = b.guest.Addr.Port()
 	err = (&step.Runner{IO: io, Verbose: 9}).Run(ctx, u.Steps())
 	return out.String(), err
+}
+
+// seedHostKey is the VM's sshd coming up: once the lab's VM runs, the host
+// key is the one in the user-data of the seed ISO (ide3) that PVE holds,
+// as cloud-init's NoCloud source and cc_ssh read it in the guest.
+func (b *pveBed) seedHostKey(t *testing.T) func() ssh.Signer {
+	return func() ssh.Signer {
+		for _, v := range b.srv.VMs() {
+			if !v.Running || v.Name() != "labctl-mgmt" {
+				continue
+			}
+			seed, _, _ := strings.Cut(v.Config["ide3"], ",")
+			iso, ok := b.srv.Volume(v.Node, "local", seed)
+			if !ok {
+				t.Errorf("VM %d: seed ISO %q not on storage local", v.ID, seed)
+				return nil
+			}
+			ud, err := sshtest.UserDataFromSeedISO(iso)
+			if err == nil {
+				var hk ssh.Signer
+				if hk, err = sshtest.HostKeyFromUserData(ud); err == nil {
+					return hk
+				}
+			}
+			t.Errorf("VM %d: %v", v.ID, err)
+		}
+		return nil
+	}
 }
 
 // labVMs counts the VMs of lab home; every VM must be labctl's or foreign.
@@ -138,12 +174,15 @@ func TestUpOnProxmoxEndToEnd(t *testing.T) {
 	}
 	reqs, polls := b.srv.Requests(), 0
 	for _, r := range reqs {
-		if r.Path == "/nodes/{node}/tasks/{upid}/status" || r.Path == "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces" {
+		if strings.Contains(r.Path, "/agent/") {
+			t.Errorf("mgmt up asked the guest agent: %s %s", r.Method, r.Path)
+		}
+		if r.Path == "/nodes/{node}/tasks/{upid}/status" {
 			polls++
 		}
 	}
 	w := b.srv.Writes()
-	t.Logf("one mgmt up on Proxmox: %d PVE requests: %d writes, %d reads, %d polls of tasks and the guest agent", len(reqs), w, len(reqs)-w-polls, polls)
+	t.Logf("one mgmt up on Proxmox: %d PVE requests: %d writes, %d reads, %d polls of tasks; %d SSH logins", len(reqs), w, len(reqs)-w-polls, polls, b.guest.Logins())
 	if w != 5 {
 		t.Errorf("%d writes, want 5: download-url, upload, create, resize, start", w)
 	}
@@ -172,6 +211,11 @@ func TestUpOnProxmoxEndToEnd(t *testing.T) {
 	if !ok || !bytes.Contains(iso, []byte("v1.35.4+k3s1")) || !bytes.Contains(iso, []byte("labctl-stack.yaml")) {
 		t.Errorf("seed ISO %q: k3s pin or HelmChart manifests missing", seed)
 	}
+	ud, err := sshtest.UserDataFromSeedISO(iso)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkNoAgentHostKey(t, out+b.log.String(), ud, "home")
 	path, _ := kube.MgmtKubeconfigPath("home")
 	c, err := kube.Connect(path)
 	if err != nil {
@@ -316,4 +360,39 @@ func (c countWrites) RoundTrip(r *http.Request) (*http.Response, error) {
 		c.n.Add(1)
 	}
 	return c.rt.RoundTrip(r)
+}
+
+// TestUpOnProxmoxConnectsFirst: against a Proxmox URL that accepts TCP and
+// never answers, mgmt up fails in its first step, named for the Proxmox
+// API, within the connect timeout, saying what happened and what to check;
+// no later step (the cloud image) starts.
+func TestUpOnProxmoxConnectsFirst(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	b := newPVEBed(t, nil)
+	hung := testbed.StartSilent(t)
+	h := b.lab.Hypervisors[0]
+	p := *h.Proxmox
+	p.URL = "https://" + hung.Addr
+	h.Proxmox = &p
+	d, err := proxmox.New(h, proxmox.Options{Warn: &b.log, Log: &b.log, ConnectTimeout: 500 * time.Millisecond,
+		Timeout: 2 * time.Second, Backoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.drv = d
+	var out bytes.Buffer
+	io := &ui.IO{Out: &out, Err: &out}
+	u, err := NewUp(b.lab, b.drv, UpOptions{IO: io, Installer: &recordingInstaller{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = (&step.Runner{IO: io}).Run(t.Context(), u.Steps())
+	want := "connect to Proxmox API https://" + hung.Addr
+	if err == nil || !strings.HasPrefix(err.Error(), want+": Proxmox API") || !strings.Contains(err.Error(), "did not answer within 500ms") ||
+		!strings.Contains(err.Error(), "check that the URL names the PVE API") {
+		t.Fatalf("mgmt up against a silent Proxmox API = %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "✗ "+want) || strings.Contains(out.String(), "cloud image") {
+		t.Errorf("the connect step is not first, or a later step ran:\n%s", out.String())
+	}
 }

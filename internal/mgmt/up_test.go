@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/crypto/ssh"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -25,12 +26,17 @@ import (
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/testbed"
 	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/vmssh"
+	"github.com/labctl/labctl/internal/vmssh/sshtest"
 )
 
 // memHypervisor is an in-memory hypervisor.Driver for the use case's
 // tests: it records every call, keeps VMs and images like a host would,
-// and its "guest agent" serves the kubeconfig of a real test bed API
-// server, rewritten to look like k3s's (server https://127.0.0.1:<port>).
+// and its VM's sshd (sshtest, on loopback, with the host key from the
+// user-data labctl hands CreateVM) serves the kubeconfig of a real test
+// bed API server, rewritten to look like k3s's (server
+// https://127.0.0.1:<port>). It has no guest agent: ReadFile fails as a
+// VM without one does.
 type memHypervisor struct {
 	mu         sync.Mutex
 	calls      []string
@@ -43,11 +49,49 @@ type memHypervisor struct {
 	notYet int
 	// cancelIn cancels when the named method is called.
 	cancelIn map[string]context.CancelFunc
+	// guest is the VM's sshd; user is the lab's key.
+	guest *sshtest.Guest
 }
 
-func newMem(kubeconfig []byte) *memHypervisor {
-	return &memHypervisor{images: map[string]hypervisor.Image{}, vms: map[string]*hypervisor.VM{}, specs: map[string]hypervisor.VMSpec{}, kubeconfig: kubeconfig, cancelIn: map[string]context.CancelFunc{}}
+func newMem(t *testing.T, kubeconfig []byte) *memHypervisor {
+	m := &memHypervisor{images: map[string]hypervisor.Image{}, vms: map[string]*hypervisor.VM{}, specs: map[string]hypervisor.VMSpec{}, kubeconfig: kubeconfig, cancelIn: map[string]context.CancelFunc{}}
+	m.guest = sshtest.Start(t, "ubuntu", userKey(t))
+	m.guest.ServeFiles(func(path string) ([]byte, bool) {
+		if path != cloudinit.K3sKubeconfigPath || m.kubeconfig == nil {
+			return nil, false
+		}
+		if m.notYet > 0 {
+			m.notYet--
+			return nil, false
+		}
+		return m.kubeconfig, true
+	})
+	return m
 }
+
+// testUserKey is the lab user's key pair, made once per test; the lab's
+// management.sshPublicKeyFile names its .pub.
+type testUserKey struct {
+	pubFile string
+	pub     ssh.PublicKey
+}
+
+var userKeys sync.Map // *testing.T -> testUserKey
+
+func userKeyOf(t *testing.T) testUserKey {
+	t.Helper()
+	if k, ok := userKeys.Load(t); ok {
+		return k.(testUserKey)
+	}
+	t.Setenv("SSH_AUTH_SOCK", "") // the key file, never the developer's agent
+	f, pub := sshtest.UserKey(t)
+	k := testUserKey{f, pub}
+	userKeys.Store(t, k)
+	t.Cleanup(func() { userKeys.Delete(t) })
+	return k
+}
+
+func userKey(t *testing.T) ssh.PublicKey { return userKeyOf(t).pub }
 
 func (m *memHypervisor) call(ctx context.Context, name string) error {
 	m.mu.Lock()
@@ -118,6 +162,11 @@ func (m *memHypervisor) CreateVM(ctx context.Context, s hypervisor.VMSpec) (hype
 	if vm, ok := m.vms[s.Name]; ok {
 		return *vm, nil
 	}
+	hk, err := sshtest.HostKeyFromUserData(s.CloudInit.UserData)
+	if err != nil {
+		return hypervisor.VM{}, err
+	}
+	m.guest.SetHostKey(hk)
 	vm := &hypervisor.VM{Name: s.Name, Lab: s.Lab, CPUs: s.CPUs, MemoryMiB: s.MemoryMiB}
 	m.vms[s.Name] = vm
 	m.specs[s.Name] = s
@@ -141,20 +190,13 @@ func (m *memHypervisor) WaitAddress(ctx context.Context, vm hypervisor.VM) (neti
 	return netip.MustParseAddr("127.0.0.1"), nil
 }
 
+// ReadFile is the guest agent, which the VM (like Ubuntu's cloud image)
+// does not have.
 func (m *memHypervisor) ReadFile(ctx context.Context, vm hypervisor.VM, path string) ([]byte, error) {
 	if err := m.call(ctx, "ReadFile"); err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if path != cloudinit.K3sKubeconfigPath {
-		return nil, fmt.Errorf("unexpected read of %s", path)
-	}
-	if m.notYet > 0 {
-		m.notYet--
-		return nil, hypervisor.ErrNotFound
-	}
-	return m.kubeconfig, nil
+	return nil, fmt.Errorf("reading %s in VM %s: QEMU guest agent is not running", path, vm.Name)
 }
 
 func (m *memHypervisor) DeleteVM(ctx context.Context, vm hypervisor.VM) error {
@@ -235,8 +277,7 @@ func labFrom(t *testing.T, edit func(map[string]any)) *config.Lab {
 		t.Fatal(err)
 	}
 	m := doc["management"].(map[string]any)
-	delete(m, "sshPublicKeyFile")
-	m["sshPublicKeys"] = []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMgmt test@labctl"}
+	m["sshPublicKeyFile"] = userKeyOf(t).pubFile
 	if edit != nil {
 		edit(doc)
 	}
@@ -255,9 +296,11 @@ func upOnce(t *testing.T, ctx context.Context, lab *config.Lab, drv hypervisor.D
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kc := drv.(*memHypervisor).kubeconfig; kc != nil {
+	mem := drv.(*memHypervisor)
+	if kc := mem.kubeconfig; kc != nil {
 		u.apiPort = apiPortOf(t, kc)
 	}
+	u.sshPort = mem.guest.Addr.Port()
 	r := &step.Runner{IO: &ui.IO{Out: &errb, Err: &errb}, DryRun: dry}
 	err = r.Run(ctx, u.Steps())
 	return errb.String(), err
@@ -286,7 +329,7 @@ func TestUpEndToEndOnTestBedAPI(t *testing.T) {
 	env := testbed.Start(t)
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	lab := loopbackLab(t)
-	mem := newMem(k3sStyle(t, env.Kubeconfig))
+	mem := newMem(t, k3sStyle(t, env.Kubeconfig))
 	mem.notYet = 2
 	inst := &recordingInstaller{}
 
@@ -329,6 +372,16 @@ func TestUpEndToEndOnTestBedAPI(t *testing.T) {
 	if len(inst.kubeconfigs) != 1 || inst.kubeconfigs[0] != path {
 		t.Errorf("mgmt install ran with %v, want once with %s", inst.kubeconfigs, path)
 	}
+	checkNoAgentHostKey(t, out, spec.CloudInit.UserData, "local")
+	if n := mem.count("ReadFile") + mem.count("WaitAddress"); n != 0 {
+		t.Errorf("mgmt up asked the guest agent %d times; the address is management.ip and the kubeconfig comes over SSH", n)
+	}
+	if mem.guest.Logins() == 0 {
+		t.Error("the kubeconfig did not come over SSH")
+	}
+	if !strings.Contains(out, "waiting for k3s to write /etc/rancher/k3s/k3s.yaml") {
+		t.Errorf("mgmt up does not say what it waits for:\n%s", out)
+	}
 
 	// A second run changes nothing on the hypervisor.
 	before := len(mem.calls)
@@ -342,16 +395,90 @@ func TestUpEndToEndOnTestBedAPI(t *testing.T) {
 	}
 }
 
+// checkNoAgentHostKey checks the host key labctl gave the VM: in the
+// user-data's ssh_keys, the same as the one stored 0600 in the lab's
+// state folder, and its private half in no output.
+func checkNoAgentHostKey(t *testing.T, out string, userData []byte, lab string) {
+	t.Helper()
+	hk, err := sshtest.HostKeyFromUserData(userData)
+	if err != nil {
+		t.Fatalf("the VM got no SSH host key: %v", err)
+	}
+	file := filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "labctl", lab, MgmtHostKeyFile)
+	st, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("%s has mode %v, want 0600", file, st.Mode().Perm())
+	}
+	stored, err := vmssh.LoadHostKey(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stored.PublicKey().Marshal(), hk.PublicKey().Marshal()) {
+		t.Error("the stored host key is not the one in the VM's cloud-init")
+	}
+	priv := stored.CloudInit().Private
+	body := strings.Split(string(priv), "\n")[2] // a line of the key itself
+	if strings.Contains(out, "PRIVATE KEY") || strings.Contains(out, body) {
+		t.Errorf("the host's private key was printed:\n%s", out)
+	}
+}
+
+// TestUpDHCPAddressFromTheHypervisor: without management.ip the address
+// comes from the hypervisor (libvirt: the DHCP lease), and mgmt up says so.
+func TestUpDHCPAddressFromTheHypervisor(t *testing.T) {
+	env := testbed.Start(t)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	lab := labFrom(t, func(doc map[string]any) {
+		doc["network"] = map[string]any{"cidr": "127.0.0.0/24", "gateway": "127.0.0.254", "dns": []string{"127.0.0.254"}}
+		delete(doc["management"].(map[string]any), "ip")
+	})
+	mem := newMem(t, k3sStyle(t, env.Kubeconfig))
+	out, err := upOnce(t, t.Context(), lab, mem, &recordingInstaller{}, false)
+	if err != nil {
+		t.Fatalf("mgmt up: %v\n%s", err, out)
+	}
+	if mem.count("WaitAddress") != 1 || mem.count("ReadFile") != 0 {
+		t.Errorf("calls %v: want the address from the hypervisor once and no guest agent read", mem.calls)
+	}
+	if !strings.Contains(out, "127.0.0.1 (DHCP)") {
+		t.Errorf("mgmt up does not say where the address came from:\n%s", out)
+	}
+}
+
+// TestUpRefusesAnotherHostKey: a VM at the address that presents another
+// host key than the one labctl gave it is refused, naming both.
+func TestUpRefusesAnotherHostKey(t *testing.T) {
+	env := testbed.Start(t)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	mem := newMem(t, k3sStyle(t, env.Kubeconfig))
+	lab := loopbackLab(t)
+	if out, err := upOnce(t, t.Context(), lab, mem, &recordingInstaller{}, false); err != nil {
+		t.Fatalf("mgmt up: %v\n%s", err, out)
+	}
+	other, err := vmssh.GenerateHostKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem.guest.SetHostKey(other.Signer())
+	out, err := upOnce(t, t.Context(), lab, mem, &recordingInstaller{}, false)
+	if err == nil || !strings.Contains(err.Error(), "refusing 127.0.0.1:") || !strings.Contains(err.Error(), other.Fingerprint()) {
+		t.Fatalf("mgmt up against another host key = %v\n%s", err, out)
+	}
+}
+
 // TestUpInterruptedConverges cancels mgmt up inside each hypervisor
 // call, then re-runs it: exactly one VM, and the run finishes.
 func TestUpInterruptedConverges(t *testing.T) {
 	env := testbed.Start(t)
 	kc := k3sStyle(t, env.Kubeconfig)
-	for _, at := range []string{"EnsureImage", "CreateVM", "StartVM", "WaitAddress", "ReadFile"} {
+	for _, at := range []string{"EnsureImage", "CreateVM", "StartVM"} {
 		t.Run(at, func(t *testing.T) {
 			t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 			lab := loopbackLab(t)
-			mem := newMem(kc)
+			mem := newMem(t, kc)
 			ctx, cancel := context.WithCancel(t.Context())
 			mem.cancelIn[at] = cancel
 			if _, err := upOnce(t, ctx, lab, mem, &recordingInstaller{}, false); !errors.Is(err, context.Canceled) {
@@ -371,7 +498,7 @@ func TestUpInterruptedConverges(t *testing.T) {
 func TestUpWithoutInstallerFailsHonestly(t *testing.T) {
 	env := testbed.Start(t)
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	mem := newMem(k3sStyle(t, env.Kubeconfig))
+	mem := newMem(t, k3sStyle(t, env.Kubeconfig))
 	out, err := upOnce(t, t.Context(), loopbackLab(t), mem, nil, false)
 	if !errors.Is(err, ErrNoInstaller) {
 		t.Fatalf("mgmt up without an installer = %v, want ErrNoInstaller\n%s", err, out)
@@ -386,7 +513,7 @@ func TestUpWithoutInstallerFailsHonestly(t *testing.T) {
 
 func TestUpDryRunChangesNothing(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	mem := newMem(nil)
+	mem := newMem(t, nil)
 	out, err := upOnce(t, t.Context(), localLab(t), mem, nil, true)
 	if err != nil {
 		t.Fatalf("dry run: %v\n%s", err, out)
@@ -407,7 +534,7 @@ func TestNewUpNamesMissingKeyFile(t *testing.T) {
 	lab := localLab(t)
 	lab.Management.SSHPublicKeys = nil
 	lab.Management.SSHPublicKeyFile = filepath.Join(t.TempDir(), "nope.pub")
-	_, err := NewUp(lab, newMem(nil), UpOptions{IO: &ui.IO{}})
+	_, err := NewUp(lab, newMem(t, nil), UpOptions{IO: &ui.IO{}})
 	if err == nil || !strings.Contains(err.Error(), "management.sshPublicKeyFile") || !strings.Contains(err.Error(), "ssh-keygen") {
 		t.Fatalf("NewUp = %v; want an error naming the field and the fix", err)
 	}

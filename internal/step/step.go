@@ -22,6 +22,10 @@ type Step struct {
 	Plan func(ctx context.Context) ([]string, error)
 	// Apply makes the changes. It must return soon after ctx is cancelled.
 	Apply func(ctx context.Context) error
+	// Check is a step that only reads (a connection, a prerequisite): it
+	// runs in dry runs too, and its line ends with what it returns, e.g.
+	// "PVE 8.4.1". A step with Check has no Plan or Apply.
+	Check func(ctx context.Context) (string, error)
 }
 
 // Runner runs steps in order, stopping at the first failure.
@@ -61,6 +65,15 @@ func (r *Runner) run(ctx context.Context, status *ui.Status, s Step) error {
 		}
 	}()
 	ctx = context.WithValue(ctx, reporterKey{}, status.Update)
+
+	if s.Check != nil {
+		detail, err := s.Check(ctx)
+		if err != nil {
+			return fail(ctx, status, s.Name, err)
+		}
+		status.OK(detail)
+		return nil
+	}
 
 	var changes []string
 	if s.Plan != nil {

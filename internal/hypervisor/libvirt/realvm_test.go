@@ -15,10 +15,7 @@ package libvirt
 import (
 	"bufio"
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -35,8 +32,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/labctl/labctl/internal/cloudinit"
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/vmssh"
+	"github.com/labctl/labctl/internal/vmssh/sshtest"
 )
 
 const (
@@ -53,8 +54,11 @@ type realHost struct {
 	image   hypervisor.Image
 	spec    hypervisor.ImageSpec
 	pubKey  string
+	pubFile string
 	bridge  string
 	imgPath string
+	// hostKeys are the SSH host keys the test's cloud-init gave each VM.
+	hostKeys map[string]vmssh.HostKey
 }
 
 func moduleRoot(t *testing.T) string {
@@ -90,7 +94,7 @@ func newRealHost(t *testing.T) *realHost {
 	t.Helper()
 	img := os.Getenv("LABCTL_TEST_IMAGE")
 	if img == "" {
-		img = filepath.Join(moduleRoot(t), ".cache", "libvirt-testbed", "debian12-cloud.qcow2")
+		img = filepath.Join(moduleRoot(t), ".cache", "libvirt-testbed", "debian12-cloud-v2.qcow2")
 	}
 	if _, err := os.Stat(libvirtSock); err != nil {
 		skipOrFail(t, "libvirtd is not running ("+libvirtSock+" is missing)")
@@ -109,7 +113,7 @@ func newRealHost(t *testing.T) *realHost {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &realHost{d: d, imgPath: img}
+	h := &realHost{d: d, imgPath: img, hostKeys: map[string]vmssh.HostKey{}}
 	t.Cleanup(func() { h.cleanup(t) })
 	if err := d.PrepareHost(ctx); err != nil {
 		t.Fatal(err)
@@ -128,7 +132,12 @@ func newRealHost(t *testing.T) *realHost {
 		t.Fatal(err)
 	}
 	t.Logf("image uploaded into pool %s by stream and verified in %s", realPool, time.Since(began).Round(time.Millisecond))
-	h.pubKey = newAuthorizedKey(t)
+	// The user's key as ssh-keygen leaves it, read by labctl's one helper;
+	// never the developer's ssh-agent.
+	t.Setenv("SSH_AUTH_SOCK", "")
+	var pub ssh.PublicKey
+	h.pubFile, pub = sshtest.UserKey(t)
+	h.pubKey = strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub)))
 	return h
 }
 
@@ -229,29 +238,19 @@ func (h *realHost) cleanup(t *testing.T) {
 	_ = h.d.Close()
 }
 
-// newAuthorizedKey makes an ed25519 key and returns its authorized_keys
-// line; the private half is never used: the test reads sshd's banner.
-func newAuthorizedKey(t *testing.T) string {
-	t.Helper()
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var blob []byte
-	for _, part := range [][]byte{[]byte("ssh-ed25519"), pub} {
-		blob = binary.BigEndian.AppendUint32(blob, uint32(len(part)))
-		blob = append(blob, part...)
-	}
-	return "ssh-ed25519 " + base64.StdEncoding.EncodeToString(blob) + " labctl-test"
-}
-
 // vmSpec is a test VM with labctl's cloud-init: user tester with the key,
-// a marker file holding token, a static address on the test network.
+// an SSH host key labctl made, a marker file holding token, a static
+// address on the test network.
 func (h *realHost) vmSpec(t *testing.T, name, ip, token string) hypervisor.VMSpec {
 	t.Helper()
 	mac := hypervisor.StableMAC(realLab, name)
+	hk, err := vmssh.GenerateHostKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.hostKeys[name] = hk
 	ud, err := cloudinit.UserData(cloudinit.Config{
-		Hostname: name, User: "tester", SSHKeys: []string{h.pubKey},
+		Hostname: name, User: "tester", SSHKeys: []string{h.pubKey}, HostKey: hk.CloudInit(),
 		Files:        []cloudinit.File{{Path: "/var/lib/labctl-test/marker", Content: []byte(token), Permissions: "0600"}},
 		FinalMessage: "LABCTL-TEST-CLOUD-INIT-DONE uptime=$UPTIME",
 	})
@@ -272,9 +271,11 @@ func (h *realHost) vmSpec(t *testing.T, name, ip, token string) hypervisor.VMSpe
 	}
 }
 
-// boot creates and starts a VM and waits for its address; it returns the
-// address and the create-to-address time.
-func (h *realHost) boot(ctx context.Context, spec hypervisor.VMSpec) (hypervisor.VM, netip.Addr, time.Duration, error) {
+// boot creates and starts a VM with the static address ip and waits until
+// its sshd answers there, as mgmt up does with management.ip: the image,
+// like Ubuntu's cloud image, has no guest agent to report an address. It
+// returns the create-to-sshd time.
+func (h *realHost) boot(ctx context.Context, spec hypervisor.VMSpec, ip string) (hypervisor.VM, netip.Addr, time.Duration, error) {
 	began := time.Now()
 	vm, err := h.d.CreateVM(ctx, spec)
 	if err != nil {
@@ -283,7 +284,8 @@ func (h *realHost) boot(ctx context.Context, spec hypervisor.VMSpec) (hypervisor
 	if err := h.d.StartVM(ctx, vm); err != nil {
 		return vm, netip.Addr{}, 0, err
 	}
-	addr, err := h.d.WaitAddress(ctx, vm)
+	addr := netip.MustParseAddr(ip)
+	_, err = sshBanner(ctx, addr)
 	return vm, addr, time.Since(began), err
 }
 
@@ -318,8 +320,10 @@ func randomToken(t *testing.T) string {
 
 // TestRealVM creates a VM from the test image with labctl's cloud-init,
 // first interrupted mid-create and re-run (no duplicate, no leftovers),
-// gets its address, reads labctl's marker file through the guest agent,
-// reaches sshd, and deletes everything.
+// reaches sshd on its static address, logs in with the user's key checking
+// the host key labctl gave it through cloud-init, reads labctl's marker
+// file as mgmt up reads k3s's kubeconfig, and deletes everything. The
+// image has no guest agent, as Ubuntu's cloud image has none.
 func TestRealVM(t *testing.T) {
 	h := newRealHost(t)
 	token := randomToken(t)
@@ -346,35 +350,52 @@ func TestRealVM(t *testing.T) {
 
 	bootCtx, stop := context.WithTimeout(t.Context(), bootTimeout)
 	defer stop()
-	vm, addr, took, err := h.boot(bootCtx, spec)
+	vm, addr, took, err := h.boot(bootCtx, spec, "10.213.0.10")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("labctl: create to address %s in %s (%s guest)", addr, took.Round(100*time.Millisecond), mustType(t, h.d))
+	t.Logf("labctl: create to sshd on %s in %s (%s guest)", addr, took.Round(100*time.Millisecond), mustType(t, h.d))
 	if again, err := h.d.CreateVM(t.Context(), spec); err != nil || again.Name != vm.Name {
 		t.Fatalf("re-running CreateVM on a running VM: %+v, %v", again, err)
 	}
 	if vms, _ := h.d.ListVMs(t.Context(), realLab); len(vms) != 1 || !vms[0].Running {
 		t.Fatalf("ListVMs = %+v, want the one running VM", vms)
 	}
-	if addr.String() != "10.213.0.10" {
-		t.Errorf("address %s, want the static 10.213.0.10 from labctl's network-config", addr)
+	// labctl's write_files ran: read the root-only marker over SSH, with
+	// the user's key, checking the host key cloud-init installed.
+	auth, err := vmssh.UserAuth([]string{h.pubKey}, h.pubFile)
+	if err != nil {
+		t.Fatal(err)
 	}
-
-	// labctl's write_files ran: read the marker through the guest agent.
+	target := vmssh.Target{Addr: netip.AddrPortFrom(addr, 22), User: "tester", HostKey: h.hostKeys[vm.Name].PublicKey(), Auth: auth}
 	var got []byte
 	for {
-		got, err = h.d.ReadFile(bootCtx, vm, "/var/lib/labctl-test/marker")
-		if err == nil || bootCtx.Err() != nil {
+		got, err = vmssh.ReadFile(bootCtx, target, "/var/lib/labctl-test/marker")
+		if (!errors.Is(err, vmssh.ErrNotReady) && !errors.Is(err, vmssh.ErrNotFound)) || bootCtx.Err() != nil {
 			break
 		}
 		time.Sleep(2 * time.Second)
 	}
 	if err != nil || string(got) != token {
-		t.Fatalf("ReadFile(marker) = %q, %v; want %q", got, err, token)
+		t.Fatalf("reading the marker over SSH = %q, %v; want %q", got, err, token)
 	}
-	if _, err := h.d.ReadFile(bootCtx, vm, "/nonexistent"); !errors.Is(err, hypervisor.ErrNotFound) {
-		t.Errorf("ReadFile of a missing file = %v, want ErrNotFound", err)
+	if _, err := vmssh.ReadFile(bootCtx, target, "/nonexistent"); !errors.Is(err, vmssh.ErrNotFound) {
+		t.Errorf("reading a missing file over SSH = %v, want ErrNotFound", err)
+	}
+	other, err := vmssh.GenerateHostKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := target
+	wrong.HostKey = other.PublicKey()
+	if _, err := vmssh.ReadFile(bootCtx, wrong, "/var/lib/labctl-test/marker"); err == nil || !strings.Contains(err.Error(), "refusing") {
+		t.Errorf("a login expecting another host key = %v, want a refusal", err)
+	}
+	// Nothing answers on the agent channel: the guest has no agent.
+	if _, err := h.d.ReadFile(bootCtx, vm, "/var/lib/labctl-test/marker"); err == nil {
+		t.Error("the guest agent answered; the test image must not have one")
+	} else {
+		t.Logf("guest agent, as on Ubuntu's cloud image: %v", err)
 	}
 
 	banner, err := sshBanner(bootCtx, addr)
@@ -458,7 +479,7 @@ func TestBenchVirshVersusLabctl(t *testing.T) {
 	// labctl, same VM.
 	var took time.Duration
 	viaLabctl := func() {
-		vm, addr, d, err := h.boot(ctx, h.vmSpec(t, "bench-labctl", "10.213.0.12", randomToken(t)))
+		vm, addr, d, err := h.boot(ctx, h.vmSpec(t, "bench-labctl", "10.213.0.12", randomToken(t)), "10.213.0.12")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -491,7 +512,8 @@ func TestBenchVirshVersusLabctl(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, times[i], errs[i] = h.boot(ctx, h.vmSpec(t, fmt.Sprintf("bench-c%d", i+1), fmt.Sprintf("10.213.0.%d", 21+i), randomToken(t)))
+			ip := fmt.Sprintf("10.213.0.%d", 21+i)
+			_, _, times[i], errs[i] = h.boot(ctx, h.vmSpec(t, fmt.Sprintf("bench-c%d", i+1), ip, randomToken(t)), ip)
 		}()
 	}
 	wg.Wait()

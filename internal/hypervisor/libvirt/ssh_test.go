@@ -28,6 +28,8 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/labctl/labctl/internal/testbed"
 )
 
 type testSSHD struct {
@@ -345,15 +347,13 @@ func TestSSHNoLibvirtd(t *testing.T) {
 }
 
 // TestSSHHostNotAnswering dials a port that takes the TCP connection and
-// never says a word (a listener that never accepts): the dial timeout
-// ends the wait, and a cancelled context ends it at once.
+// never says a word (testbed.StartSilent): the dial timeout ends the
+// wait, and a cancelled context ends it at once.
 func TestSSHHostNotAnswering(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, err := net.SplitHostPort(testbed.StartSilent(t).Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	s := &testSSHD{port: port}
 	_, signer := newKey(t)
 	s.home(t, signer.PublicKey())

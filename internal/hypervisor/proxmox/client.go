@@ -36,6 +36,9 @@ type Options struct {
 	Verbose int
 	// Timeout bounds each HTTP request (default 30 s).
 	Timeout time.Duration
+	// ConnectTimeout bounds Connect, the first contact (default
+	// ConnectTimeout, 10 s).
+	ConnectTimeout time.Duration
 	// Retries is the number of attempts per request (default 4).
 	Retries int
 	// Backoff is the first retry and task-poll wait (default 250 ms); it
@@ -59,6 +62,9 @@ func (o *Options) defaults() {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 30 * time.Second
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = ConnectTimeout
 	}
 	if o.Retries == 0 {
 		o.Retries = 4

@@ -58,17 +58,35 @@ func HasPrivilege(perms map[string]map[string]bool, path, priv string) bool {
 	}
 }
 
-// Storage is one storage a node sees, with its content types.
+// Storage is one storage a node sees, with its PVE storage type (dir,
+// lvmthin, zfspool, ...) and content types.
 type Storage struct {
 	Name    string
+	Type    string
 	Content []string
 	Active  bool
+}
+
+// DiskFormat is the disk format a VM disk on s must have: raw on block
+// storages (LVM, LVM-thin, ZFS, Ceph RBD, iSCSI), whose PVE plugins
+// allocate raw volumes only; qcow2 on file storages (dir, NFS, CIFS,
+// GlusterFS), which keep it sparse and snapshot-capable. image-builder's
+// Proxmox template defaults disk_format to qcow2, and its Proxmox docs
+// (docs/book/src/capi/providers/proxmox.md, v0.1.46) say block storage
+// needs raw.
+func (s Storage) DiskFormat() string {
+	switch s.Type {
+	case "dir", "nfs", "cifs", "glusterfs":
+		return "qcow2"
+	}
+	return "raw"
 }
 
 // Storages lists the storages of a node.
 func (d *Driver) Storages(ctx context.Context, node string) ([]Storage, error) {
 	var raw []struct {
 		Storage string `json:"storage"`
+		Type    string `json:"type"`
 		Content string `json:"content"`
 		Active  int    `json:"active"`
 	}
@@ -77,7 +95,7 @@ func (d *Driver) Storages(ctx context.Context, node string) ([]Storage, error) {
 	}
 	out := make([]Storage, 0, len(raw))
 	for _, s := range raw {
-		out = append(out, Storage{Name: s.Storage, Content: strings.Split(s.Content, ","), Active: s.Active == 1})
+		out = append(out, Storage{Name: s.Storage, Type: s.Type, Content: strings.Split(s.Content, ","), Active: s.Active == 1})
 	}
 	return out, nil
 }

@@ -28,6 +28,25 @@ func (d *Driver) Templates(ctx context.Context) ([]hypervisor.VM, error) {
 	return out, nil
 }
 
+// NodeTemplates lists every VM template on node, tagged or not, from the
+// node's VM list (GET /nodes/{node}/qemu), which the node builds from its
+// VM configs: image build looks there for the template Packer just made.
+func (d *Driver) NodeTemplates(ctx context.Context, node string) ([]hypervisor.VM, error) {
+	var res []resource
+	if err := d.c.Get(ctx, fmt.Sprintf("/nodes/%s/qemu", node), &res); err != nil {
+		return nil, api(err, "listing the VMs of node %s", node)
+	}
+	var out []hypervisor.VM
+	for _, r := range res {
+		r.Node = node
+		if v := r.vm(); v.Template {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
 // AddTags adds tags to VM vmid on node, keeping the ones it has. The
 // update carries the config digest, so a concurrent change makes it fail
 // instead of being overwritten.

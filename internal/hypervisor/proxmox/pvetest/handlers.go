@@ -3,6 +3,7 @@ package pvetest
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -57,6 +58,7 @@ var routes = map[string]func(*call) (any, error){
 	"DELETE /nodes/{node}/qemu/{vmid}":                           deleteVM,
 	"GET /nodes/{node}/qemu/{vmid}/agent/network-get-interfaces": agentIfaces,
 	"GET /nodes/{node}/qemu/{vmid}/agent/file-read":              agentFileRead,
+	"POST /nodes/{node}/qemu/{vmid}/template":                    convertToTemplate,
 }
 
 func getVersion(*call) (any, error) {
@@ -442,6 +444,7 @@ func createVM(c *call) (any, error) {
 	cfg := map[string]string{}
 	volumes := []*Volume{}
 	disks := 0
+	badFormat := ""
 	keys := make([]string, 0, len(c.p))
 	for k := range c.p {
 		keys = append(keys, k)
@@ -497,6 +500,12 @@ func createVM(c *call) (any, error) {
 			}
 			continue
 		}
+		if f := optValue(opts, "format"); f != "" && f != "raw" && !fileStorage(st.Type) {
+			// PVE's LVM, LVM-thin, ZFS, RBD and iSCSI plugins allocate
+			// raw volumes only (alloc_image dies on any other format,
+			// inside the create task).
+			badFormat = fmt.Sprintf("unable to create VM %d - unsupported format '%s'", id, f)
+		}
 		volid := fmt.Sprintf("%s:vm-%d-disk-%d", stName, id, disks)
 		disks++
 		cfg[k] = volid + stripOpt(opts, "import-from")
@@ -509,6 +518,10 @@ func createVM(c *call) (any, error) {
 	c.s.vms[id] = v
 	start := c.bool("start")
 	upid := c.startTask(n.Name, "qmcreate", strconv.Itoa(id), nil, func() error {
+		if badFormat != "" {
+			delete(c.s.vms, id)
+			return errors.New(badFormat)
+		}
 		for _, vol := range volumes {
 			stName, _, _ := strings.Cut(vol.VolID, ":")
 			n.Storages[stName].Volumes[vol.VolID] = vol
@@ -524,6 +537,38 @@ func createVM(c *call) (any, error) {
 		delete(c.s.vms, id) // PVE removes a VM whose create failed
 	}
 	return upid, nil
+}
+
+// fileStorage reports whether a PVE storage type keeps disks as files, so
+// that qcow2 and vmdk are allowed besides raw.
+func fileStorage(typ string) bool {
+	switch typ {
+	case "dir", "nfs", "cifs", "glusterfs":
+		return true
+	}
+	return false
+}
+
+// convertToTemplate is qm template: the VM must be stopped and not a
+// template already; the conversion runs as a qmtemplate task.
+func convertToTemplate(c *call) (any, error) {
+	n, v, err := c.vm()
+	if err != nil {
+		return nil, err
+	}
+	if v.Config["template"] == "1" {
+		return nil, fail(500, "you can't convert a template to a template")
+	}
+	if v.Running {
+		return nil, fail(500, "you can't convert a VM to template if VM is running")
+	}
+	if v.Lock != "" {
+		return nil, fail(500, "VM is locked (%s)", v.Lock)
+	}
+	return c.startTask(n.Name, "qmtemplate", c.p["vmid"], nil, func() error {
+		v.Config["template"] = "1"
+		return nil
+	}), nil
 }
 
 func optValue(opts, key string) string {
@@ -674,7 +719,7 @@ func (c *call) agent() (*VM, error) {
 	if !v.Running {
 		return nil, fail(500, "VM %d is not running", v.ID)
 	}
-	if time.Now().Before(v.agentUpAt) {
+	if c.s.noAgent || time.Now().Before(v.agentUpAt) {
 		return nil, fail(500, "QEMU guest agent is not running")
 	}
 	return v, nil

@@ -52,6 +52,7 @@ type Server struct {
 	privileges map[string][]string
 	taskDelay  time.Duration
 	agentDelay time.Duration
+	noAgent    bool
 	faults     []*fault
 	collide    int
 	log        []Request
@@ -164,6 +165,14 @@ func WithTaskDelay(d time.Duration) Option { return func(s *Server) { s.taskDela
 // (default 50 ms).
 func WithAgentDelay(d time.Duration) Option { return func(s *Server) { s.agentDelay = d } }
 
+// WithoutGuestAgent makes every VM one whose guest has no qemu-guest-agent,
+// as a VM from the Ubuntu 24.04 cloud image: the agent endpoints answer
+// HTTP 500 "QEMU guest agent is not running" however long the VM runs.
+// That is PVE's answer: qemu-server's PVE/QemuServer/Agent.pm
+// agent_available() dies with that text when the agent's socket does not
+// answer guest-ping, and the API server turns the die into status 500.
+func WithoutGuestAgent() Option { return func(s *Server) { s.noAgent = true } }
+
 // New starts a TLS server with one node, pv1-1, as in the owner's lab:
 // 29.16 GiB, bridge vmbr0, storages local (iso, vztmpl, import, snippets,
 // backup) and local-lvm (images, rootdir). The token is root@pam!labctl with
@@ -241,6 +250,14 @@ func (s *Server) SetStorageContent(node, storage string, content ...string) {
 		s.nodes[node].Storages[storage] = st
 	}
 	st.Content = content
+}
+
+// AddStorage adds (or replaces) a storage of a PVE storage type (dir,
+// lvmthin, zfspool, ...) on node, accepting the content types.
+func (s *Server) AddStorage(node, storage, typ string, content ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes[node].Storages[storage] = &Storage{Name: storage, Type: typ, Content: content, Volumes: map[string]*Volume{}}
 }
 
 // ServeURL makes download-url able to fetch body from url.

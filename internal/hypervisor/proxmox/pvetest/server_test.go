@@ -169,3 +169,50 @@ func TestVMRules(t *testing.T) {
 		t.Errorf("request log: %+v", got[len(got)-1])
 	}
 }
+
+// waitTask polls a task until it stops and returns its exit status.
+func waitTask(t *testing.T, s *Server, upid string) string {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		st := wantStatus(t, s, 200, "GET", "/nodes/pv1-1/tasks/"+upid+"/status", nil, false)["data"].(map[string]any)
+		if st["status"] == "stopped" {
+			return st["exitstatus"].(string)
+		}
+	}
+	t.Fatalf("task %s never stopped", upid)
+	return ""
+}
+
+// TestDiskFormatAndTemplate: block storage takes raw disks only (PVE's
+// LVM-thin plugin dies on any other format inside the create task), file
+// storage takes qcow2; qm template needs a stopped VM and runs as a task.
+func TestDiskFormatAndTemplate(t *testing.T) {
+	s := New(t)
+	s.AddStorage("pv1-1", "vmdata", "dir", "images")
+	create := func(id, disk string) string {
+		return wantStatus(t, s, 200, "POST", "/nodes/pv1-1/qemu", url.Values{"vmid": {id}, "scsi0": {disk}}, false)["data"].(string)
+	}
+	if exit := waitTask(t, s, create("301", "local-lvm:20,format=qcow2")); exit != "unable to create VM 301 - unsupported format 'qcow2'" {
+		t.Errorf("qcow2 on lvmthin: %q", exit)
+	}
+	if len(s.VMs()) != 0 {
+		t.Errorf("a failed create left %+v", s.VMs())
+	}
+	for id, disk := range map[string]string{"302": "local-lvm:20,format=raw", "303": "vmdata:20,format=qcow2"} {
+		if exit := waitTask(t, s, create(id, disk)); exit != "OK" {
+			t.Errorf("%s: %q", disk, exit)
+		}
+	}
+	s.AddVM("pv1-1", 304, "running", 0, true, false)
+	wantStatus(t, s, 500, "POST", "/nodes/pv1-1/qemu/304/template", url.Values{}, false)
+	upid := wantStatus(t, s, 200, "POST", "/nodes/pv1-1/qemu/302/template", url.Values{}, false)["data"].(string)
+	if exit := waitTask(t, s, upid); exit != "OK" {
+		t.Fatalf("qm template: %q", exit)
+	}
+	wantStatus(t, s, 500, "POST", "/nodes/pv1-1/qemu/302/template", url.Values{}, false)
+	for _, v := range s.VMs() {
+		if (v.Config["template"] == "1") != (v.ID == 302) {
+			t.Errorf("VM %d template=%q", v.ID, v.Config["template"])
+		}
+	}
+}

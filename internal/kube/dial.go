@@ -1,0 +1,102 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// interrupt is the process's Ctrl-C/SIGTERM context (see CancelDialsOn).
+var interrupt atomic.Pointer[context.Context]
+
+// CancelDialsOn makes every Kubernetes connection labctl opens from now on
+// end the moment ctx does: a dial, or a TLS handshake with a server that
+// accepts TCP and never answers, is cut at once rather than after
+// client-go's 10 s handshake timeout. A request's own context cannot do
+// that alone: net/http detaches dials from the request that started them,
+// and client-go's discovery and Helm's client send some requests with no
+// context at all. cmd calls it once with the signal context.
+func CancelDialsOn(ctx context.Context) { interrupt.Store(&ctx) }
+
+// dialTimeout bounds one TCP connect, as client-go's default dialer does.
+const dialTimeout = 30 * time.Second
+
+// dial is every rest.Config's Dial (set in tune): a TCP dial that the
+// request's context and the process's interrupt both cancel, and whose
+// connection is closed when the process is interrupted, which aborts a
+// TLS handshake in progress.
+func dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	base := context.Background()
+	if p := interrupt.Load(); p != nil {
+		base = *p
+	}
+	if err := base.Err(); err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopDial := context.AfterFunc(base, cancel)
+	defer stopDial()
+	d := net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	conn, err := d.DialContext(dctx, network, addr)
+	if err != nil {
+		if base.Err() != nil {
+			return nil, fmt.Errorf("connecting to %s: %w", addr, base.Err())
+		}
+		return nil, err
+	}
+	c := &interruptible{Conn: conn, base: base}
+	c.stop = context.AfterFunc(base, func() { _ = conn.Close() })
+	return c, nil
+}
+
+// interruptible is a connection that the interrupt closes. Once it has,
+// reads and writes fail with the interrupt's error rather than "use of
+// closed network connection", which client-go takes for a dropped
+// connection and retries a second later.
+type interruptible struct {
+	net.Conn
+	base context.Context
+	once sync.Once
+	stop func() bool
+}
+
+func (c *interruptible) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil && c.base.Err() != nil {
+		err = fmt.Errorf("connection to %s: %w", c.RemoteAddr(), c.base.Err())
+	}
+	return n, err
+}
+
+func (c *interruptible) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if err != nil && c.base.Err() != nil {
+		err = fmt.Errorf("connection to %s: %w", c.RemoteAddr(), c.base.Err())
+	}
+	return n, err
+}
+
+func (c *interruptible) Close() error {
+	c.once.Do(func() { c.stop() })
+	return c.Conn.Close()
+}
+
+// RESTConfigFromKubeconfig is clientcmd.RESTConfigFromKubeConfig with
+// labctl's settings (user agent, rate limits, the interruptible dial), for
+// kubeconfigs held in memory such as a workload cluster's secret.
+func RESTConfigFromKubeconfig(data []byte) (*rest.Config, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "labctl"
+	tune(cfg)
+	return cfg, nil
+}
