@@ -2,14 +2,17 @@
 # Cold-start benchmark: `labctl version` against the test bed's
 # `kubectl version --client`, in one run.
 #
-# Builds labctl once (release flags: -trimpath -s -w, CGO_ENABLED=0, as
-# kubectl is built by hack/testenv.sh), runs each binary a few times to warm
-# the page cache, then times RUNS runs of each, interleaved and alternating
-# which goes first, with `date +%s%N` around every run. Prints min and median
-# of both and the ratio, and fails when labctl's median is more than MARGIN
-# percent slower than kubectl's.
+# Builds labctl once as the releases are built (.goreleaser.yaml:
+# CGO_ENABLED=0, -trimpath, -ldflags "-s -w"; kubectl is built the same
+# way by hack/testenv.sh) and checks that it is static. Runs each binary a
+# few times to warm the page cache, then times RUNS runs of each,
+# interleaved and alternating which goes first, with `date +%s%N` around
+# every run, and measures the peak RSS of RUNS more runs of each with GNU
+# time. Prints min and median of both and the ratios, and fails when
+# labctl's median time is more than TIME_RATIO times kubectl's or its
+# median peak RSS more than RSS_RATIO times kubectl's.
 #
-#   RUNS=30 MARGIN=10 WARMUP=3 hack/bench-coldstart.sh
+#   RUNS=30 TIME_RATIO=0.8 RSS_RATIO=1.2 WARMUP=3 hack/bench-coldstart.sh
 #   LABCTL=bin/labctl hack/bench-coldstart.sh   # time a binary already built
 set -euo pipefail
 
@@ -18,10 +21,13 @@ cd "$root"
 command -v go >/dev/null 2>&1 || export PATH=/usr/local/go/bin:$PATH
 
 runs=${RUNS:-30}
-margin=${MARGIN:-10}
 warmup=${WARMUP:-3}
-case "$runs$margin$warmup" in *[!0-9]*) echo "RUNS, MARGIN and WARMUP must be whole numbers" >&2; exit 2 ;; esac
+time_ratio=${TIME_RATIO:-0.8}
+rss_ratio=${RSS_RATIO:-1.2}
+case "$runs$warmup" in *[!0-9]*) echo "RUNS and WARMUP must be whole numbers" >&2; exit 2 ;; esac
+case "$time_ratio$rss_ratio" in *[!0-9.]*) echo "TIME_RATIO and RSS_RATIO must be numbers" >&2; exit 2 ;; esac
 [ "$runs" -ge 1 ] || { echo "RUNS must be at least 1" >&2; exit 2; }
+[ -x /usr/bin/time ] || { echo "bench: GNU time is missing (apt-get install time); it measures peak RSS" >&2; exit 2; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -43,6 +49,15 @@ if [ -z "$labctl" ]; then
 		-ldflags "-s -w -X github.com/labctl/labctl/internal/versions.Version=bench" \
 		-o "$labctl" .
 fi
+linkage=$(ldd "$labctl" 2>&1 || true) # ldd fails on a static binary
+case "$linkage" in
+*"not a dynamic executable"*) echo "bench: $labctl is static (ldd: not a dynamic executable)" >&2 ;;
+*)
+	echo "bench: $labctl is not static (the release build must be):" >&2
+	echo "$linkage" >&2
+	exit 1
+	;;
+esac
 
 a_cmd=("$labctl" version)
 b_cmd=("$kubectl" version --client)
@@ -87,6 +102,18 @@ for ((i = 0; i < runs; i++)); do
 	time_ns /bin/true >>"$tmp/base"
 done
 
+# rss_kib CMD...: peak resident set of one run in KiB (GNU time's %M).
+rss_kib() {
+	/usr/bin/time -f %M -o "$tmp/rss" "$@" >/dev/null 2>&1 </dev/null
+	cat "$tmp/rss"
+}
+: >"$tmp/a_rss"
+: >"$tmp/b_rss"
+for ((i = 0; i < runs; i++)); do
+	rss_kib "${a_cmd[@]}" >>"$tmp/a_rss"
+	rss_kib "${b_cmd[@]}" >>"$tmp/b_rss"
+done
+
 # stats FILE: "min median" in nanoseconds.
 stats() {
 	sort -n "$1" | awk '{ v[NR] = $1 } END {
@@ -96,6 +123,8 @@ stats() {
 read -r a_min a_med < <(stats "$tmp/a")
 read -r b_min b_med < <(stats "$tmp/b")
 read -r base_min base_med < <(stats "$tmp/base")
+read -r a_rss_min a_rss < <(stats "$tmp/a_rss")
+read -r b_rss_min b_rss < <(stats "$tmp/b_rss")
 
 ms() { awk -v n="$1" 'BEGIN { printf "%.1f", n / 1e6 }'; }
 size() { du -k "$1" | awk '{ printf "%.1f MiB", $1 / 1024 }'; }
@@ -104,11 +133,23 @@ echo "cold start, $runs interleaved runs each (after $warmup warm-up runs), wall
 printf '  %-34s min %7s ms   median %7s ms   (%s)\n' "labctl version" "$(ms "$a_min")" "$(ms "$a_med")" "$(size "$labctl")"
 printf '  %-34s min %7s ms   median %7s ms   (%s)\n' "kubectl version --client" "$(ms "$b_min")" "$(ms "$b_med")" "$(size "$kubectl")"
 printf '  %-34s min %7s ms   median %7s ms\n' "/bin/true (timing overhead)" "$(ms "$base_min")" "$(ms "$base_med")"
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+echo "peak RSS, $runs runs each (median):"
+printf '  %-34s %7s MiB\n' "labctl version" "$(mib "$a_rss")"
+printf '  %-34s %7s MiB\n' "kubectl version --client" "$(mib "$b_rss")"
 ratio=$(awk -v a="$a_med" -v b="$b_med" 'BEGIN { printf "%.2f", a / b }')
-echo "  ratio labctl/kubectl (median): $ratio (limit $(awk -v m="$margin" 'BEGIN { printf "%.2f", 1 + m / 100 }'))"
+rss=$(awk -v a="$a_rss" -v b="$b_rss" 'BEGIN { printf "%.2f", a / b }')
+echo "  time ratio labctl/kubectl (median): $ratio (limit $time_ratio)"
+echo "  RSS ratio labctl/kubectl (median):  $rss (limit $rss_ratio)"
 
-if awk -v a="$a_med" -v b="$b_med" -v m="$margin" 'BEGIN { exit !(a > b * (1 + m / 100)) }'; then
-	echo "FAIL: labctl's cold start is more than ${margin}% slower than kubectl's" >&2
-	exit 1
+fail=0
+if awk -v r="$ratio" -v l="$time_ratio" 'BEGIN { exit !(r > l) }'; then
+	echo "FAIL: labctl's cold start is $ratio x kubectl's, over the limit $time_ratio" >&2
+	fail=1
 fi
-echo "ok: labctl starts no slower than kubectl (within ${margin}%)"
+if awk -v r="$rss" -v l="$rss_ratio" 'BEGIN { exit !(r > l) }'; then
+	echo "FAIL: labctl's peak RSS is $rss x kubectl's, over the limit $rss_ratio" >&2
+	fail=1
+fi
+[ "$fail" = 0 ] || exit 1
+echo "ok: labctl starts in $ratio x kubectl's time with $rss x its peak RSS"

@@ -13,7 +13,7 @@ hack/libvirt-testbed/host-up.sh
 log=$(mktemp)
 status=0
 LABCTL_BENCH=1 LABCTL_TEST_IMAGE=$image LABCTL_REQUIRE_LIBVIRT=1 \
-	go test -tags=libvirt_dlopen -run '^TestBenchVirshVersusLabctl$' -count=1 -v -timeout 60m ./internal/hypervisor/libvirt >"$log" 2>&1 || status=$?
+	go test -run '^TestBenchVirshVersusLabctl$' -count=1 -v -timeout 60m ./internal/hypervisor/libvirt >"$log" 2>&1 || status=$?
 cat "$log"
 echo
 grep -h 'BENCH' "$log" | sed 's/^ *realvm_test.go:[0-9]*: //' || true

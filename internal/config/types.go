@@ -85,6 +85,19 @@ type Libvirt struct {
 	Bridge  string `yaml:"bridge,omitempty" json:"bridge,omitempty"`
 	// DomainType is kvm or qemu; empty picks kvm when the host offers it.
 	DomainType string `yaml:"domainType,omitempty" json:"domainType,omitempty"`
+	// SSHKeyFile is the private key for a qemu+ssh URI, offered after the
+	// keys in ssh-agent; empty means ~/.ssh/id_ed25519, id_ecdsa or id_rsa.
+	SSHKeyFile string `yaml:"sshKeyFile,omitempty" json:"sshKeyFile,omitempty"`
+	// TLS names the CA and client certificate for a qemu+tls URI; empty
+	// fields mean libvirt's usual paths.
+	TLS *LibvirtTLS `yaml:"tls,omitempty" json:"tls,omitempty"`
+}
+
+// LibvirtTLS names PEM files for libvirt's TLS transport.
+type LibvirtTLS struct {
+	CAFile   string `yaml:"caFile,omitempty" json:"caFile,omitempty"`
+	CertFile string `yaml:"certFile,omitempty" json:"certFile,omitempty"`
+	KeyFile  string `yaml:"keyFile,omitempty" json:"keyFile,omitempty"`
 }
 
 // SecretRef points at a secret kept outside lab.yaml. Exactly one is set.

@@ -304,6 +304,24 @@ func (v *validator) libvirt(p *field.Path, lv *Libvirt) {
 	if lv.DomainType != "" && !oneOf(lv.DomainType, domainTypes) {
 		v.add(p.Child("domainType"), "must be kvm or qemu, got %q", lv.DomainType)
 	}
+	transport := ""
+	if u != nil {
+		_, transport, _ = strings.Cut(u.Scheme, "+")
+	}
+	switch {
+	case lv.SSHKeyFile != "" && transport != "ssh":
+		v.add(p.Child("sshKeyFile"), "is only for qemu+ssh:// URIs; drop it or change uri")
+	case strings.HasSuffix(lv.SSHKeyFile, ".pub"):
+		v.add(p.Child("sshKeyFile"), "%q is a public key; name the private key beside it, e.g. ~/.ssh/id_ed25519", lv.SSHKeyFile)
+	}
+	if t := lv.TLS; t != nil {
+		switch {
+		case transport != "tls":
+			v.add(p.Child("tls"), "is only for qemu+tls:// URIs; drop it or change uri")
+		case (t.CertFile == "") != (t.KeyFile == ""):
+			v.add(p.Child("tls"), "sets one of certFile and keyFile; the client certificate and its key go together")
+		}
+	}
 }
 
 func oneOf(s string, list []string) bool {

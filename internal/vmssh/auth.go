@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/crypto/ssh/agent"
 
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/sshkey"
 )
 
 // UserAuth finds the private halves of the public keys lab.yaml authorizes
@@ -58,7 +58,7 @@ func UserAuth(authorized []string, pubKeyFile string) ([]ssh.Signer, error) {
 			return nil, fmt.Errorf("management.sshPublicKeyFile: %w", err)
 		}
 		priv := strings.TrimSuffix(pub, ".pub")
-		s, err := readPrivate(priv)
+		s, err := sshkey.ReadPrivate(priv)
 		switch {
 		case err == nil && want[string(s.PublicKey().Marshal())]:
 			if !hasSigner(signers, s) {
@@ -83,32 +83,4 @@ func hasSigner(list []ssh.Signer, s ssh.Signer) bool {
 		}
 	}
 	return false
-}
-
-// readPrivate reads an unencrypted private key file, refusing one that
-// others may read, as ssh does.
-func readPrivate(file string) (ssh.Signer, error) {
-	st, err := os.Stat(file)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%s does not exist", file)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%s is readable by others (mode %04o); chmod 600 it, as ssh requires", file, st.Mode().Perm())
-	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	s, err := ssh.ParsePrivateKey(data)
-	var pm *ssh.PassphraseMissingError
-	if errors.As(err, &pm) {
-		return nil, fmt.Errorf("%s has a passphrase; add it to ssh-agent with 'ssh-add %s'", file, file)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: not a private key labctl can read: %v", file, err)
-	}
-	return s, nil
 }

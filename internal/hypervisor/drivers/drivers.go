@@ -47,6 +47,10 @@ func LibvirtOptions(lab *config.Lab, h *config.Hypervisor) libvirt.Options {
 	o := libvirt.Options{
 		Name: h.Name, URI: lv.URI, Pool: lv.StoragePool,
 		Network: lv.Network, Bridge: lv.Bridge, DomainType: lv.DomainType,
+		SSHKeyFile: lv.SSHKeyFile,
+	}
+	if t := lv.TLS; t != nil {
+		o.TLS = libvirt.TLSFiles{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile}
 	}
 	if p, err := netip.ParsePrefix(lab.Network.CIDR); err == nil {
 		o.Subnet = p.Masked()

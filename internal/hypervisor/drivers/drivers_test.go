@@ -1,13 +1,12 @@
 package drivers
 
 import (
-	"errors"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/labctl/labctl/internal/config"
-	"github.com/labctl/labctl/internal/hypervisor/libvirt"
 )
 
 func lab() *config.Lab {
@@ -22,9 +21,14 @@ func lab() *config.Lab {
 
 func TestLibvirtOptions(t *testing.T) {
 	l := lab()
+	l.Hypervisors[0].Libvirt.SSHKeyFile = "~/.ssh/id_kvm"
+	l.Hypervisors[0].Libvirt.TLS = &config.LibvirtTLS{CAFile: "/pki/ca.pem", CertFile: "/pki/c.pem", KeyFile: "/pki/k.pem"}
 	o := LibvirtOptions(l, &l.Hypervisors[0])
 	if o.Name != "local" || o.URI != "test:///default" || o.Pool != "default" || o.Network != "labctl" || o.DomainType != "qemu" {
 		t.Errorf("options %+v", o)
+	}
+	if o.SSHKeyFile != "~/.ssh/id_kvm" || o.TLS.CAFile != "/pki/ca.pem" || o.TLS.CertFile != "/pki/c.pem" || o.TLS.KeyFile != "/pki/k.pem" {
+		t.Errorf("the key file and TLS files are not passed on: %+v", o)
 	}
 	if o.Subnet != netip.MustParsePrefix("10.213.0.0/24") || o.Gateway != netip.MustParseAddr("10.213.0.1") {
 		t.Errorf("the lab network does not define the NAT network: %v %v", o.Subnet, o.Gateway)
@@ -33,21 +37,12 @@ func TestLibvirtOptions(t *testing.T) {
 
 func TestOpen(t *testing.T) {
 	ctx := t.Context()
-	d, err := Open(ctx, lab(), "local")
-	if !libvirt.Supported {
-		if !errors.Is(err, libvirt.ErrNoLibvirt) {
-			t.Fatalf("Open without libvirt support = %v, want ErrNoLibvirt", err)
-		}
-	} else {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Name() != "local" {
-			t.Errorf("driver name %q", d.Name())
-		}
-		if err := Close(d); err != nil {
-			t.Error(err)
-		}
+	// The libvirt driver opens, and dials the socket the URI names: none
+	// listens there, and it says so.
+	l := lab()
+	l.Hypervisors[0].Libvirt.URI = "test:///default?socket=" + filepath.Join(t.TempDir(), "libvirt-sock")
+	if _, err := Open(ctx, l, "local"); err == nil || !strings.Contains(err.Error(), "libvirt hypervisor local") || !strings.Contains(err.Error(), "libvirtd is not running") {
+		t.Errorf("Open(local) = %v, want the libvirt driver's error for a missing daemon", err)
 	}
 	// The Proxmox driver opens too, and refuses a config without its token secret.
 	if _, err := Open(ctx, lab(), "pve"); err == nil || !strings.Contains(err.Error(), "hypervisors[pve].proxmox.tokenSecret") {

@@ -1,12 +1,10 @@
-//go:build cgo && libvirt_dlopen
-
 package libvirt
 
 import (
 	"context"
 	"fmt"
 
-	"libvirt.org/go/libvirt"
+	lv "github.com/digitalocean/go-libvirt"
 
 	"github.com/labctl/labctl/internal/hypervisor"
 )
@@ -19,34 +17,33 @@ func (d *Driver) Capacity(ctx context.Context) ([]hypervisor.NodeCapacity, error
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	info, err := d.conn.GetNodeInfo()
+	_, memKiB, cpus, _, _, _, _, _, err := d.l.NodeGetInfo()
 	if err != nil {
 		return nil, fmt.Errorf("reading the resources of %s: %w", d.opts.Name, err)
 	}
-	free, err := d.conn.GetFreeMemory()
+	free, err := d.l.NodeGetFreeMemory()
 	if err != nil {
 		return nil, fmt.Errorf("reading the free memory of %s: %w", d.opts.Name, err)
 	}
-	host, _ := d.conn.GetHostname()
-	doms, err := d.conn.ListAllDomains(0)
+	host, _ := d.l.ConnectGetHostname()
+	doms, _, err := d.l.ConnectListAllDomains(1, 0)
 	if err != nil {
 		return nil, fmt.Errorf("listing VMs on %s: %w", d.opts.Name, err)
 	}
 	nc := hypervisor.NodeCapacity{
 		Node:      host,
-		CPUs:      int(info.Cpus),
-		MemoryMiB: int(info.Memory / 1024),
+		CPUs:      int(cpus),
+		MemoryMiB: int(memKiB / 1024),
 	}
 	nc.MemoryUsedMiB = nc.MemoryMiB - int(free>>20)
-	for i := range doms {
-		di, err := doms[i].GetInfo()
-		_ = doms[i].Free()
+	for _, dom := range doms {
+		state, maxMemKiB, _, _, _, err := d.l.DomainGetInfo(dom)
 		if err != nil {
 			continue // deleted while listing
 		}
 		nc.VMs++
-		nc.ReservedMiB += int(di.MaxMem / 1024)
-		if di.State != libvirt.DOMAIN_SHUTOFF && di.State != libvirt.DOMAIN_CRASHED {
+		nc.ReservedMiB += int(maxMemKiB / 1024)
+		if s := lv.DomainState(state); s != lv.DomainShutoff && s != lv.DomainCrashed {
 			nc.RunningVMs++
 		}
 	}

@@ -1,5 +1,3 @@
-//go:build cgo && libvirt_dlopen
-
 package libvirt
 
 import (
@@ -12,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"libvirt.org/go/libvirt"
+	lv "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/labctl/labctl/internal/hypervisor"
@@ -23,30 +21,29 @@ import (
 // table. It polls with backoff until ctx ends, and fails early when the VM
 // stops.
 func (d *Driver) WaitAddress(ctx context.Context, vm hypervisor.VM) (netip.Addr, error) {
-	dom, err := d.conn.LookupDomainByName(vm.Name)
+	dom, err := d.l.DomainLookupByName(vm.Name)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("looking up VM %s: %w", vm.Name, err)
 	}
-	defer func() { _ = dom.Free() }()
-	mac, err := firstMAC(dom)
+	mac, err := d.firstMAC(dom)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("VM %s: %w", vm.Name, err)
 	}
 	wait := 500 * time.Millisecond
 	for {
-		on, err := dom.IsActive()
+		on, err := d.l.DomainIsActive(dom)
 		if err != nil {
 			return netip.Addr{}, fmt.Errorf("reading the state of VM %s: %w", vm.Name, err)
 		}
-		if !on {
+		if on != 1 {
 			return netip.Addr{}, fmt.Errorf("VM %s stopped before it had an address; see its console log %s on %s", vm.Name, d.opts.consoleLog(vm.Name), d.opts.Name)
 		}
-		for _, src := range []libvirt.DomainInterfaceAddressesSource{
-			libvirt.DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT,
-			libvirt.DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE,
-			libvirt.DOMAIN_INTERFACE_ADDRESSES_SRC_ARP,
+		for _, src := range []lv.DomainInterfaceAddressesSource{
+			lv.DomainInterfaceAddressesSrcAgent,
+			lv.DomainInterfaceAddressesSrcLease,
+			lv.DomainInterfaceAddressesSrcArp,
 		} {
-			ifaces, err := dom.ListAllInterfaceAddresses(src)
+			ifaces, err := d.l.DomainInterfaceAddresses(dom, uint32(src), 0)
 			if err != nil {
 				continue // agent not up yet, no leases on a bridge, ...
 			}
@@ -64,8 +61,8 @@ func (d *Driver) WaitAddress(ctx context.Context, vm hypervisor.VM) (netip.Addr,
 }
 
 // firstMAC is the MAC address of the domain's first NIC.
-func firstMAC(dom *libvirt.Domain) (string, error) {
-	raw, err := dom.GetXMLDesc(0)
+func (d *Driver) firstMAC(dom lv.Domain) (string, error) {
+	raw, err := d.l.DomainGetXMLDesc(dom, 0)
 	if err != nil {
 		return "", fmt.Errorf("reading its XML: %w", err)
 	}
@@ -79,13 +76,13 @@ func firstMAC(dom *libvirt.Domain) (string, error) {
 	return strings.ToLower(dx.Devices.Interfaces[0].MAC.Address), nil
 }
 
-func ipv4Of(ifaces []libvirt.DomainInterface, mac string) (netip.Addr, bool) {
+func ipv4Of(ifaces []lv.DomainInterface, mac string) (netip.Addr, bool) {
 	for _, ifc := range ifaces {
-		if !strings.EqualFold(ifc.Hwaddr, mac) {
+		if len(ifc.Hwaddr) == 0 || !strings.EqualFold(ifc.Hwaddr[0], mac) {
 			continue
 		}
 		for _, a := range ifc.Addrs {
-			if a.Type != libvirt.IP_ADDR_TYPE_IPV4 {
+			if lv.IPAddrType(a.Type) != lv.IPAddrTypeIpv4 {
 				continue
 			}
 			ip, err := netip.ParseAddr(a.Addr)
@@ -109,19 +106,18 @@ func (d *Driver) ReadFile(ctx context.Context, vm hypervisor.VM, path string) ([
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	dom, err := d.conn.LookupDomainByName(vm.Name)
+	dom, err := d.l.DomainLookupByName(vm.Name)
 	if err != nil {
 		return nil, fmt.Errorf("looking up VM %s: %w", vm.Name, err)
 	}
-	defer func() { _ = dom.Free() }()
 	var handle int64
-	if err := agent(dom, "guest-file-open", map[string]any{"path": path, "mode": "r"}, &handle); err != nil {
+	if err := d.agent(dom, "guest-file-open", map[string]any{"path": path, "mode": "r"}, &handle); err != nil {
 		if strings.Contains(err.Error(), "No such file") {
 			return nil, fmt.Errorf("reading %s in VM %s: %w", path, vm.Name, hypervisor.ErrNotFound)
 		}
 		return nil, fmt.Errorf("reading %s in VM %s through its guest agent: %w", path, vm.Name, err)
 	}
-	defer func() { _ = agent(dom, "guest-file-close", map[string]any{"handle": handle}, nil) }()
+	defer func() { _ = d.agent(dom, "guest-file-close", map[string]any{"handle": handle}, nil) }()
 	var out []byte
 	for {
 		if err := ctx.Err(); err != nil {
@@ -132,7 +128,7 @@ func (d *Driver) ReadFile(ctx context.Context, vm hypervisor.VM, path string) ([
 			Buf   string `json:"buf-b64"`
 			EOF   bool   `json:"eof"`
 		}
-		if err := agent(dom, "guest-file-read", map[string]any{"handle": handle, "count": 1 << 20}, &chunk); err != nil {
+		if err := d.agent(dom, "guest-file-read", map[string]any{"handle": handle, "count": 1 << 20}, &chunk); err != nil {
 			return nil, fmt.Errorf("reading %s in VM %s: %w", path, vm.Name, err)
 		}
 		b, err := base64.StdEncoding.DecodeString(chunk.Buf)
@@ -150,22 +146,25 @@ func (d *Driver) ReadFile(ctx context.Context, vm hypervisor.VM, path string) ([
 }
 
 // agent runs one guest agent command and decodes its "return" into ret.
-func agent(dom *libvirt.Domain, cmd string, args map[string]any, ret any) error {
+func (d *Driver) agent(dom lv.Domain, cmd string, args map[string]any, ret any) error {
 	req, err := json.Marshal(map[string]any{"execute": cmd, "arguments": args})
 	if err != nil {
 		return fmt.Errorf("encoding %s: %w", cmd, err)
 	}
-	resp, err := dom.QemuAgentCommand(string(req), libvirt.DomainQemuAgentCommandTimeout(agentTimeout), 0)
+	resp, err := d.l.QEMUDomainAgentCommand(dom, string(req), agentTimeout, 0)
 	if err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)
 	}
 	if ret == nil {
 		return nil
 	}
+	if len(resp) == 0 {
+		return fmt.Errorf("%s: the agent sent no answer", cmd)
+	}
 	var env struct {
 		Return json.RawMessage `json:"return"`
 	}
-	if err := json.Unmarshal([]byte(resp), &env); err != nil {
+	if err := json.Unmarshal([]byte(resp[0]), &env); err != nil {
 		return fmt.Errorf("%s: decoding the answer: %w", cmd, err)
 	}
 	if err := json.Unmarshal(env.Return, ret); err != nil {

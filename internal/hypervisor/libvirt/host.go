@@ -1,12 +1,10 @@
-//go:build cgo && libvirt_dlopen
-
 package libvirt
 
 import (
 	"context"
 	"fmt"
 
-	"libvirt.org/go/libvirt"
+	lv "github.com/digitalocean/go-libvirt"
 )
 
 // PlanHost says what PrepareHost would change: define or start the
@@ -54,38 +52,36 @@ const (
 )
 
 func (d *Driver) poolState() (objState, error) {
-	p, err := d.conn.LookupStoragePoolByName(d.opts.Pool)
-	if isCode(err, libvirt.ERR_NO_STORAGE_POOL) {
+	p, err := d.l.StoragePoolLookupByName(d.opts.Pool)
+	if isCode(err, lv.ErrNoStoragePool) {
 		return missing, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("looking up storage pool %s: %w", d.opts.Pool, err)
 	}
-	defer func() { _ = p.Free() }()
-	on, err := p.IsActive()
+	on, err := d.l.StoragePoolIsActive(p)
 	if err != nil {
 		return 0, fmt.Errorf("reading the state of storage pool %s: %w", d.opts.Pool, err)
 	}
-	if on {
+	if on == 1 {
 		return active, nil
 	}
 	return inactive, nil
 }
 
 func (d *Driver) networkState() (objState, error) {
-	n, err := d.conn.LookupNetworkByName(d.opts.Network)
-	if isCode(err, libvirt.ERR_NO_NETWORK) {
+	n, err := d.l.NetworkLookupByName(d.opts.Network)
+	if isCode(err, lv.ErrNoNetwork) {
 		return missing, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("looking up network %s: %w", d.opts.Network, err)
 	}
-	defer func() { _ = n.Free() }()
-	on, err := n.IsActive()
+	on, err := d.l.NetworkIsActive(n)
 	if err != nil {
 		return 0, fmt.Errorf("reading the state of network %s: %w", d.opts.Network, err)
 	}
-	if on {
+	if on == 1 {
 		return active, nil
 	}
 	return inactive, nil
@@ -107,34 +103,31 @@ func (d *Driver) preparePool(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	p, err := d.conn.LookupStoragePoolByName(d.opts.Pool)
-	if isCode(err, libvirt.ERR_NO_STORAGE_POOL) {
+	p, err := d.l.StoragePoolLookupByName(d.opts.Pool)
+	if isCode(err, lv.ErrNoStoragePool) {
 		xml, xerr := poolXML(d.opts.Pool, d.opts.poolPath())
 		if xerr != nil {
 			return xerr
 		}
-		p, err = d.conn.StoragePoolDefineXML(xml, 0)
+		p, err = d.l.StoragePoolDefineXML(xml, 0)
 		if err != nil {
 			return fmt.Errorf("defining storage pool %s: %w", d.opts.Pool, err)
 		}
-		if err := p.Build(libvirt.STORAGE_POOL_BUILD_NEW); err != nil && !isCode(err, libvirt.ERR_NO_SUPPORT) {
-			_ = p.Free()
+		if err := d.l.StoragePoolBuild(p, lv.StoragePoolBuildNew); err != nil && !isCode(err, lv.ErrNoSupport) {
 			return fmt.Errorf("building storage pool %s at %s: %w", d.opts.Pool, d.opts.poolPath(), err)
 		}
-		if err := p.SetAutostart(true); err != nil {
-			_ = p.Free()
+		if err := d.l.StoragePoolSetAutostart(p, 1); err != nil {
 			return fmt.Errorf("setting storage pool %s to autostart: %w", d.opts.Pool, err)
 		}
 	} else if err != nil {
 		return fmt.Errorf("looking up storage pool %s: %w", d.opts.Pool, err)
 	}
-	defer func() { _ = p.Free() }()
-	on, err := p.IsActive()
+	on, err := d.l.StoragePoolIsActive(p)
 	if err != nil {
 		return fmt.Errorf("reading the state of storage pool %s: %w", d.opts.Pool, err)
 	}
-	if !on {
-		if err := p.Create(0); err != nil {
+	if on != 1 {
+		if err := d.l.StoragePoolCreate(p, 0); err != nil {
 			return fmt.Errorf("starting storage pool %s: %w", d.opts.Pool, err)
 		}
 	}
@@ -145,8 +138,8 @@ func (d *Driver) prepareNetwork(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	n, err := d.conn.LookupNetworkByName(d.opts.Network)
-	if isCode(err, libvirt.ERR_NO_NETWORK) {
+	n, err := d.l.NetworkLookupByName(d.opts.Network)
+	if isCode(err, lv.ErrNoNetwork) {
 		xml, xerr := networkXML(networkInput{
 			Name: d.opts.Network, Bridge: bridgeName(d.opts.Network),
 			Subnet: d.opts.Subnet, Gateway: d.opts.Gateway, LocalOnlyDNS: d.opts.LocalOnlyDNS,
@@ -154,24 +147,22 @@ func (d *Driver) prepareNetwork(ctx context.Context) error {
 		if xerr != nil {
 			return xerr
 		}
-		n, err = d.conn.NetworkDefineXML(xml)
+		n, err = d.l.NetworkDefineXML(xml)
 		if err != nil {
 			return fmt.Errorf("defining network %s: %w", d.opts.Network, err)
 		}
-		if err := n.SetAutostart(true); err != nil {
-			_ = n.Free()
+		if err := d.l.NetworkSetAutostart(n, 1); err != nil {
 			return fmt.Errorf("setting network %s to autostart: %w", d.opts.Network, err)
 		}
 	} else if err != nil {
 		return fmt.Errorf("looking up network %s: %w", d.opts.Network, err)
 	}
-	defer func() { _ = n.Free() }()
-	on, err := n.IsActive()
+	on, err := d.l.NetworkIsActive(n)
 	if err != nil {
 		return fmt.Errorf("reading the state of network %s: %w", d.opts.Network, err)
 	}
-	if !on {
-		if err := n.Create(); err != nil {
+	if on != 1 {
+		if err := d.l.NetworkCreate(n); err != nil {
 			return fmt.Errorf("starting network %s: %w", d.opts.Network, err)
 		}
 	}
@@ -184,12 +175,11 @@ func (d *Driver) NetworkBridge(ctx context.Context) (string, error) {
 	if d.opts.Network == "" {
 		return "", ctx.Err()
 	}
-	n, err := d.conn.LookupNetworkByName(d.opts.Network)
+	n, err := d.l.NetworkLookupByName(d.opts.Network)
 	if err != nil {
 		return "", fmt.Errorf("looking up network %s: %w", d.opts.Network, err)
 	}
-	defer func() { _ = n.Free() }()
-	b, err := n.GetBridgeName()
+	b, err := d.l.NetworkGetBridgeName(n)
 	if err != nil {
 		return "", fmt.Errorf("reading the bridge of network %s: %w", d.opts.Network, err)
 	}
@@ -202,20 +192,19 @@ func (d *Driver) RemoveNetwork(ctx context.Context) error {
 	if d.opts.Network == "" {
 		return ctx.Err()
 	}
-	n, err := d.conn.LookupNetworkByName(d.opts.Network)
-	if isCode(err, libvirt.ERR_NO_NETWORK) {
+	n, err := d.l.NetworkLookupByName(d.opts.Network)
+	if isCode(err, lv.ErrNoNetwork) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("looking up network %s: %w", d.opts.Network, err)
 	}
-	defer func() { _ = n.Free() }()
-	if on, _ := n.IsActive(); on {
-		if err := n.Destroy(); err != nil {
+	if on, _ := d.l.NetworkIsActive(n); on == 1 {
+		if err := d.l.NetworkDestroy(n); err != nil {
 			return fmt.Errorf("stopping network %s: %w", d.opts.Network, err)
 		}
 	}
-	if err := n.Undefine(); err != nil {
+	if err := d.l.NetworkUndefine(n); err != nil {
 		return fmt.Errorf("undefining network %s: %w", d.opts.Network, err)
 	}
 	return nil
@@ -227,24 +216,23 @@ func (d *Driver) RemovePool(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	p, err := d.conn.LookupStoragePoolByName(d.opts.Pool)
-	if isCode(err, libvirt.ERR_NO_STORAGE_POOL) {
+	p, err := d.l.StoragePoolLookupByName(d.opts.Pool)
+	if isCode(err, lv.ErrNoStoragePool) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("looking up storage pool %s: %w", d.opts.Pool, err)
 	}
-	defer func() { _ = p.Free() }()
-	if on, _ := p.IsActive(); on {
-		if err := p.Destroy(); err != nil {
+	if on, _ := d.l.StoragePoolIsActive(p); on == 1 {
+		if err := d.l.StoragePoolDestroy(p); err != nil {
 			return fmt.Errorf("stopping storage pool %s: %w", d.opts.Pool, err)
 		}
 	}
 	// Remove the pool's folder; it must be empty.
-	if err := p.Delete(libvirt.STORAGE_POOL_DELETE_NORMAL); err != nil && !isCode(err, libvirt.ERR_NO_SUPPORT) {
+	if err := d.l.StoragePoolDelete(p, lv.StoragePoolDeleteNormal); err != nil && !isCode(err, lv.ErrNoSupport) {
 		return fmt.Errorf("removing the folder of storage pool %s: %w", d.opts.Pool, err)
 	}
-	if err := p.Undefine(); err != nil {
+	if err := d.l.StoragePoolUndefine(p); err != nil {
 		return fmt.Errorf("undefining storage pool %s: %w", d.opts.Pool, err)
 	}
 	return nil

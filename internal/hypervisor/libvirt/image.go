@@ -1,15 +1,14 @@
-//go:build cgo && libvirt_dlopen
-
 package libvirt
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 
-	"libvirt.org/go/libvirt"
+	lv "github.com/digitalocean/go-libvirt"
 
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/redact"
@@ -29,22 +28,20 @@ func (d *Driver) FindImage(ctx context.Context, spec hypervisor.ImageSpec) (hype
 	if err != nil {
 		return hypervisor.Image{}, err
 	}
-	defer func() { _ = p.Free() }()
 	return d.findImage(p, name, spec.Checksum)
 }
 
 // findImage looks for the image volume and a marker of its verified
 // upload; with a checksum, the marker must carry it.
-func (d *Driver) findImage(p *libvirt.StoragePool, name, checksum string) (hypervisor.Image, error) {
-	v, err := lookupVolume(p, name)
+func (d *Driver) findImage(p lv.StoragePool, name, checksum string) (hypervisor.Image, error) {
+	v, ok, err := d.lookupVolume(p, name)
 	if err != nil {
 		return hypervisor.Image{}, err
 	}
-	if v == nil {
+	if !ok {
 		return hypervisor.Image{}, fmt.Errorf("image %s in pool %s: %w", name, d.opts.Pool, hypervisor.ErrNotFound)
 	}
-	defer func() { _ = v.Free() }()
-	path, err := v.GetPath()
+	path, err := d.l.StorageVolGetPath(v)
 	if err != nil {
 		return hypervisor.Image{}, fmt.Errorf("reading the path of volume %s: %w", name, err)
 	}
@@ -67,10 +64,10 @@ func (d *Driver) findImage(p *libvirt.StoragePool, name, checksum string) (hyper
 }
 
 // markers lists the checksums of the verified-upload markers of an image.
-func (d *Driver) markers(p *libvirt.StoragePool, image string) ([]string, error) {
-	names, err := p.ListStorageVolumes()
+func (d *Driver) markers(p lv.StoragePool, image string) ([]string, error) {
+	names, err := d.volumeNames(p)
 	if err != nil {
-		return nil, fmt.Errorf("listing volumes of pool %s: %w", d.opts.Pool, err)
+		return nil, err
 	}
 	var sums []string
 	for _, n := range names {
@@ -79,6 +76,19 @@ func (d *Driver) markers(p *libvirt.StoragePool, image string) ([]string, error)
 		}
 	}
 	return sums, nil
+}
+
+// volumeNames lists the names of the volumes in p.
+func (d *Driver) volumeNames(p lv.StoragePool) ([]string, error) {
+	vols, _, err := d.l.StoragePoolListAllVolumes(p, 1, 0)
+	if err != nil {
+		return nil, fmt.Errorf("listing volumes of pool %s: %w", d.opts.Pool, err)
+	}
+	names := make([]string, len(vols))
+	for i, v := range vols {
+		names[i] = v.Name
+	}
+	return names, nil
 }
 
 // EnsureImage uploads the image into the pool by stream while hashing it,
@@ -93,7 +103,6 @@ func (d *Driver) EnsureImage(ctx context.Context, spec hypervisor.ImageSpec) (hy
 	if err != nil {
 		return hypervisor.Image{}, err
 	}
-	defer func() { _ = p.Free() }()
 	img, err := d.findImage(p, name, spec.Checksum)
 	if err == nil || !errors.Is(err, hypervisor.ErrNotFound) {
 		return img, err
@@ -113,16 +122,15 @@ func (d *Driver) EnsureImage(ctx context.Context, spec hypervisor.ImageSpec) (hy
 	if err != nil {
 		return hypervisor.Image{}, err
 	}
-	vol, err := p.StorageVolCreateXML(xml, 0)
+	vol, err := d.l.StorageVolCreateXML(p, xml, 0)
 	if err != nil {
 		return hypervisor.Image{}, fmt.Errorf("creating volume %s in pool %s: %w", name, d.opts.Pool, err)
 	}
-	defer func() { _ = vol.Free() }()
 	d.reached("image volume created")
 	ok := false
 	defer func() {
 		if !ok {
-			_ = deleteVolume(p, name)
+			_ = d.deleteVolume(p, name)
 		}
 	}()
 	if err := d.upload(ctx, vol, readerLen{Reader: dl, Len: dl.Length}); err != nil {
@@ -139,17 +147,15 @@ func (d *Driver) EnsureImage(ctx context.Context, spec hypervisor.ImageSpec) (hy
 	if err != nil {
 		return hypervisor.Image{}, err
 	}
-	marker, err := p.StorageVolCreateXML(markerXML, 0)
-	if err != nil {
+	if _, err := d.l.StorageVolCreateXML(p, markerXML, 0); err != nil {
 		return hypervisor.Image{}, fmt.Errorf("marking image %s verified: %w", name, err)
 	}
-	_ = marker.Free()
 	ok = true
-	path, err := vol.GetPath()
+	path, err := d.l.StorageVolGetPath(vol)
 	if err != nil {
 		return hypervisor.Image{}, fmt.Errorf("reading the path of volume %s: %w", name, err)
 	}
-	if err := p.Refresh(0); err != nil {
+	if err := d.l.StoragePoolRefresh(p, 0); err != nil {
 		return hypervisor.Image{}, fmt.Errorf("refreshing pool %s: %w", d.opts.Pool, err)
 	}
 	return hypervisor.Image{Volume: path}, nil
@@ -169,80 +175,65 @@ func (d *Driver) RemoveImage(ctx context.Context, spec hypervisor.ImageSpec) err
 	if err != nil {
 		return err
 	}
-	defer func() { _ = p.Free() }()
 	sums, err := d.markers(p, name)
 	if err != nil {
 		return err
 	}
 	for _, s := range sums {
-		if err := deleteVolume(p, markerPrefix(name)+s); err != nil {
+		if err := d.deleteVolume(p, markerPrefix(name)+s); err != nil {
 			return err
 		}
 	}
-	return deleteVolume(p, name)
+	return d.deleteVolume(p, name)
 }
 
-// streamUpload sends r into vol through a libvirt stream, checking ctx
-// between chunks and aborting the stream on any failure.
-func (d *Driver) streamUpload(ctx context.Context, vol *libvirt.StorageVol, r readerLen) error {
-	st, err := d.conn.NewStream(0)
-	if err != nil {
-		return fmt.Errorf("opening a stream: %w", err)
-	}
-	defer func() { _ = st.Free() }()
+// streamUpload sends r into vol through a libvirt stream. A cancelled
+// ctx fails the next read, and go-libvirt then aborts the stream, so the
+// daemon drops what it got.
+func (d *Driver) streamUpload(ctx context.Context, vol lv.StorageVol, r readerLen) error {
 	length := uint64(0) // 0: until the stream ends
 	if r.Len > 0 {
 		length = uint64(r.Len)
 	}
-	if err := vol.Upload(st, 0, length, 0); err != nil {
-		return fmt.Errorf("starting the upload: %w", err)
+	err := d.l.StorageVolUpload(vol, ctxReader{ctx: ctx, r: r}, 0, length, 0)
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
 	}
-	buf := make([]byte, 1<<20)
-	for {
-		if err := ctx.Err(); err != nil {
-			_ = st.Abort()
-			return err
-		}
-		n, rerr := r.Read(buf)
-		for off := 0; off < n; {
-			m, err := st.Send(buf[off:n])
-			if err != nil {
-				_ = st.Abort()
-				return fmt.Errorf("sending data: %w", err)
-			}
-			off += m
-		}
-		if errors.Is(rerr, io.EOF) {
-			break
-		}
-		if rerr != nil {
-			_ = st.Abort()
-			return fmt.Errorf("reading the source: %w", rerr)
-		}
-	}
-	if err := st.Finish(); err != nil {
-		return fmt.Errorf("finishing the upload: %w", err)
+	if err != nil {
+		return fmt.Errorf("streaming into volume %s: %w", vol.Name, err)
 	}
 	return nil
 }
 
+// ctxReader fails reads once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
 // uploadBytes creates a raw volume holding data, replacing one of the same
 // name.
-func (d *Driver) uploadBytes(ctx context.Context, p *libvirt.StoragePool, name string, data []byte) error {
-	if err := deleteVolume(p, name); err != nil {
+func (d *Driver) uploadBytes(ctx context.Context, p lv.StoragePool, name string, data []byte) error {
+	if err := d.deleteVolume(p, name); err != nil {
 		return err
 	}
 	xml, err := volumeXML(name, "raw", uint64(len(data)), "", "")
 	if err != nil {
 		return err
 	}
-	vol, err := p.StorageVolCreateXML(xml, 0)
+	vol, err := d.l.StorageVolCreateXML(p, xml, 0)
 	if err != nil {
 		return fmt.Errorf("creating volume %s: %w", name, err)
 	}
-	defer func() { _ = vol.Free() }()
-	if err := d.upload(ctx, vol, readerLen{Reader: strings.NewReader(string(data)), Len: int64(len(data))}); err != nil {
-		_ = deleteVolume(p, name)
+	if err := d.upload(ctx, vol, readerLen{Reader: bytes.NewReader(data), Len: int64(len(data))}); err != nil {
+		_ = d.deleteVolume(p, name)
 		return fmt.Errorf("uploading volume %s: %w", name, err)
 	}
 	return nil

@@ -1,12 +1,9 @@
-// Package libvirt is labctl's hypervisor.Driver for KVM hosts, through
-// libvirt.org/go/libvirt (built with the libvirt_dlopen tag, so labctl
-// loads libvirt.so only when a libvirt hypervisor is used) and
-// libvirt.org/go/libvirtxml for every XML document.
-//
-// The driver needs cgo and the libvirt_dlopen tag, so labctl never links
-// libvirt at build time. Builds without them (CGO_ENABLED=0: darwin,
-// arm64, cross builds; or a plain go build) get a stand-in whose New says
-// so.
+// Package libvirt is labctl's hypervisor.Driver for KVM hosts. It speaks
+// libvirt's RPC protocol in pure Go (github.com/digitalocean/go-libvirt),
+// so labctl needs neither cgo nor libvirt's client library, on any OS or
+// architecture; every XML document goes through libvirt.org/go/libvirtxml.
+// It dials the daemon itself (connect.go): the local unix socket, ssh
+// (ssh.go, the way libvirt's own ssh transport does it) or TLS (tls.go).
 //
 // What labctl makes on a host:
 //   - a volume per cloud image in the storage pool, uploaded by stream and
@@ -24,6 +21,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 )
 
 // MetadataNS is the XML namespace of labctl's domain metadata element.
@@ -32,16 +30,24 @@ const MetadataNS = "https://labctl.dev/xmlns/libvirt/v1"
 // metadataPrefix is the element prefix libvirt shows for MetadataNS.
 const metadataPrefix = "labctl"
 
-// ErrNoLibvirt is returned by New in a labctl built without cgo.
-var ErrNoLibvirt = errors.New("this labctl was built without libvirt support; use the linux amd64 release build, or build with CGO_ENABLED=1 go build -tags libvirt_dlopen")
-
 // Options say how to reach one libvirt host and where VMs go on it.
 type Options struct {
 	// Name is the hypervisor's name in lab.yaml.
 	Name string
-	// URI is qemu:///system, qemu+ssh://user@host/system or
-	// qemu+tls://host/system (test:///default in tests).
+	// URI is qemu:///system, qemu:///session, qemu+ssh://user@host/system
+	// or qemu+tls://host/system (test:///default, served by a libvirtd, in
+	// tests).
 	URI string
+	// SSHKeyFile is the private key for qemu+ssh URIs, besides the keys in
+	// ssh-agent; empty means ssh's default ~/.ssh/id_ed25519, id_ecdsa,
+	// id_rsa, whichever exist.
+	SSHKeyFile string
+	// TLS names the CA and client certificate for qemu+tls URIs; empty
+	// fields mean libvirt's usual paths.
+	TLS TLSFiles
+	// DialTimeout bounds reaching the daemon: dial, ssh or TLS handshake
+	// and libvirt's open; zero means 20s.
+	DialTimeout time.Duration
 	// Pool is the storage pool for images, disks and seeds.
 	Pool string
 	// PoolPath is where PrepareHost defines Pool when it is missing; empty

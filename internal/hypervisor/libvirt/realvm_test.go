@@ -1,5 +1,3 @@
-//go:build cgo && libvirt_dlopen
-
 package libvirt
 
 // Real-VM tests: a real libvirtd and QEMU booting the test image that
@@ -221,18 +219,17 @@ func (h *realHost) cleanup(t *testing.T) {
 		t.Errorf("cleanup: %v", err)
 	}
 	// Nothing of the test may be left: no domain, volume, pool or network.
-	if doms, err := h.d.conn.ListAllDomains(0); err == nil {
-		for i := range doms {
-			if n, _ := doms[i].GetName(); strings.HasPrefix(n, "labctl-test-") || strings.HasPrefix(n, "bench-") {
+	if doms, _, err := h.d.l.ConnectListAllDomains(1, 0); err == nil {
+		for _, dom := range doms {
+			if n := dom.Name; strings.HasPrefix(n, "labctl-test-") || strings.HasPrefix(n, "bench-") {
 				t.Errorf("domain %s left behind", n)
 			}
-			_ = doms[i].Free()
 		}
 	}
-	if _, err := h.d.conn.LookupStoragePoolByName(realPool); err == nil {
+	if _, err := h.d.l.StoragePoolLookupByName(realPool); err == nil {
 		t.Errorf("pool %s left behind", realPool)
 	}
-	if _, err := h.d.conn.LookupNetworkByName(realNetwork); err == nil {
+	if _, err := h.d.l.NetworkLookupByName(realNetwork); err == nil {
 		t.Errorf("network %s left behind", realNetwork)
 	}
 	if _, err := os.Stat("/var/lib/libvirt/images/" + realPool); err == nil {

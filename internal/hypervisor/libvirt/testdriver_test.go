@@ -1,10 +1,9 @@
-//go:build cgo && libvirt_dlopen
-
 package libvirt
 
 // These tests run every driver method against libvirt's built-in test
-// driver (test:///default): real libvirt, real XML validation, no daemon.
-// The test driver keeps its state per process and has no volume streams
+// driver (test:///default) in the test's own libvirtd (daemon_test.go):
+// real libvirt, real RPC, real XML validation. The test driver keeps its
+// state for the daemon's life and has no volume streams
 // (virStorageVolUpload is "not supported by the connection driver"), so
 // uploads go through recordUploads here; TestRealVM in realvm_test.go
 // covers the real stream on a real libvirtd.
@@ -21,24 +20,23 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	lv "github.com/digitalocean/go-libvirt"
 	"github.com/kdomanski/iso9660"
-	"libvirt.org/go/libvirt"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/labctl/labctl/internal/hypervisor"
 )
 
-const testURI = "test:///default"
-
 var nameSeq atomic.Int64
 
 // uniq gives each test its own pool and network names: the test driver's
-// state is shared by every connection in this process.
+// state is shared by every connection to the daemon.
 func uniq(prefix string) string { return fmt.Sprintf("%s%d", prefix, nameSeq.Add(1)) }
 
 // uploads records what the driver streamed into which volume.
@@ -55,11 +53,8 @@ func (u *uploads) get(vol string) []byte {
 
 func recordUploads(d *Driver) *uploads {
 	u := &uploads{data: map[string][]byte{}}
-	d.upload = func(ctx context.Context, vol *libvirt.StorageVol, r readerLen) error {
-		name, err := vol.GetName()
-		if err != nil {
-			return err
-		}
+	d.upload = func(ctx context.Context, vol lv.StorageVol, r readerLen) error {
+		name := vol.Name
 		b, err := io.ReadAll(r)
 		if err != nil {
 			return err
@@ -75,9 +70,9 @@ func recordUploads(d *Driver) *uploads {
 	return u
 }
 
-func testOptions() Options {
+func testOptions(t *testing.T) Options {
 	return Options{
-		Name: "local", URI: testURI, Pool: uniq("pool"), PoolPath: "/labctl-test-pool",
+		Name: "local", URI: testLibvirtd(t).uri(), Pool: uniq("pool"), PoolPath: "/labctl-test-pool",
 		Network: uniq("net"), Subnet: netip.MustParsePrefix("10.213.0.0/24"), Gateway: netip.MustParseAddr("10.213.0.1"),
 		LocalOnlyDNS: true,
 	}
@@ -132,8 +127,7 @@ func volumeNames(t *testing.T, d *Driver) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = p.Free() }()
-	names, err := p.ListStorageVolumes()
+	names, err := d.volumeNames(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +136,7 @@ func volumeNames(t *testing.T, d *Driver) []string {
 
 func TestPrepareHostDefinesPoolAndNetwork(t *testing.T) {
 	ctx := t.Context()
-	o := testOptions()
+	o := testOptions(t)
 	d, err := New(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -167,12 +161,11 @@ func TestPrepareHostDefinesPoolAndNetwork(t *testing.T) {
 		t.Fatalf("second PrepareHost: %v", err)
 	}
 
-	n, err := d.conn.LookupNetworkByName(o.Network)
+	n, err := d.l.NetworkLookupByName(o.Network)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Free()
-	raw, _ := n.GetXMLDesc(0)
+	raw, _ := d.l.NetworkGetXMLDesc(n, 0)
 	var nx libvirtxml.Network
 	if err := nx.Unmarshal(raw); err != nil {
 		t.Fatal(err)
@@ -191,10 +184,10 @@ func TestPrepareHostDefinesPoolAndNetwork(t *testing.T) {
 	if nx.Domain == nil || nx.Domain.LocalOnly != "yes" {
 		t.Errorf("local-only DNS domain not set: %s", raw)
 	}
-	if on, _ := n.IsActive(); !on {
+	if on, _ := d.l.NetworkIsActive(n); on != 1 {
 		t.Error("network not started")
 	}
-	if auto, _ := n.GetAutostart(); !auto {
+	if auto, _ := d.l.NetworkGetAutostart(n); auto != 1 {
 		t.Error("network not set to autostart")
 	}
 	if got := networkActive(t, d, "default"); got != defaultWasActive {
@@ -217,17 +210,16 @@ func TestPrepareHostDefinesPoolAndNetwork(t *testing.T) {
 
 func networkActive(t *testing.T, d *Driver, name string) bool {
 	t.Helper()
-	n, err := d.conn.LookupNetworkByName(name)
+	n, err := d.l.NetworkLookupByName(name)
 	if err != nil {
 		return false
 	}
-	defer n.Free()
-	on, _ := n.IsActive()
-	return on
+	on, _ := d.l.NetworkIsActive(n)
+	return on == 1
 }
 
 func TestPlanHostNeedsSubnetForMissingNetwork(t *testing.T) {
-	o := testOptions()
+	o := testOptions(t)
 	o.Subnet, o.Gateway = netip.Prefix{}, netip.Addr{}
 	d, err := New(t.Context(), o)
 	if err != nil {
@@ -241,7 +233,7 @@ func TestPlanHostNeedsSubnetForMissingNetwork(t *testing.T) {
 
 func TestEnsureImageVerifiesAndIsIdempotent(t *testing.T) {
 	ctx := t.Context()
-	d, up := newTestDriver(t, testOptions())
+	d, up := newTestDriver(t, testOptions(t))
 	img := fakeQcow2(3<<30, "the image body")
 	srv, gets, hexSum := imageServer(t, "debian12.qcow2", img)
 	spec := hypervisor.ImageSpec{URL: srv.URL + "/images/debian12.qcow2", ChecksumURL: srv.URL + "/images/SHA256SUMS"}
@@ -260,7 +252,7 @@ func TestEnsureImageVerifiesAndIsIdempotent(t *testing.T) {
 		t.Errorf("uploaded bytes differ from the image")
 	}
 	vols := volumeNames(t, d)
-	if !contains(vols, "debian12.qcow2.sha256-"+hexSum) {
+	if !slices.Contains(vols, "debian12.qcow2.sha256-"+hexSum) {
 		t.Errorf("no verified marker among %v", vols)
 	}
 	if found, err := d.FindImage(ctx, hypervisor.ImageSpec{URL: spec.URL, Checksum: "sha256:" + hexSum}); err != nil || found != got {
@@ -284,7 +276,7 @@ func TestEnsureImageVerifiesAndIsIdempotent(t *testing.T) {
 
 func TestEnsureImageRejectsBadDownloads(t *testing.T) {
 	ctx := t.Context()
-	d, _ := newTestDriver(t, testOptions())
+	d, _ := newTestDriver(t, testOptions(t))
 	srv, _, _ := imageServer(t, "x.qcow2", fakeQcow2(1<<30, "body"))
 	for name, tc := range map[string]struct {
 		spec hypervisor.ImageSpec
@@ -309,7 +301,7 @@ func TestEnsureImageRejectsBadDownloads(t *testing.T) {
 }
 
 func TestEnsureImageInterruptedLeavesNothing(t *testing.T) {
-	d, _ := newTestDriver(t, testOptions())
+	d, _ := newTestDriver(t, testOptions(t))
 	srv, _, hexSum := imageServer(t, "x.qcow2", fakeQcow2(1<<30, "body"))
 	spec := hypervisor.ImageSpec{URL: srv.URL + "/images/x.qcow2", Checksum: "sha256:" + hexSum}
 	for _, stage := range []string{"image volume created", "image uploaded"} {
@@ -332,15 +324,6 @@ func TestEnsureImageInterruptedLeavesNothing(t *testing.T) {
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // vmSpec is a VM on the test driver with the image already in the pool.
 func vmSpec(t *testing.T, d *Driver, lab, name string) hypervisor.VMSpec {
 	t.Helper()
@@ -361,7 +344,7 @@ func vmSpec(t *testing.T, d *Driver, lab, name string) hypervisor.VMSpec {
 
 func TestVMLifecycle(t *testing.T) {
 	ctx := t.Context()
-	d, up := newTestDriver(t, testOptions())
+	d, up := newTestDriver(t, testOptions(t))
 	spec := vmSpec(t, d, "lab-a", "vm-one")
 
 	if _, err := d.FindVM(ctx, "lab-a", "vm-one"); !errors.Is(err, hypervisor.ErrNotFound) {
@@ -374,7 +357,7 @@ func TestVMLifecycle(t *testing.T) {
 	if vm.Name != "vm-one" || vm.Lab != "lab-a" || vm.Running || vm.CPUs != 2 || vm.MemoryMiB != 1024 {
 		t.Errorf("created VM = %+v", vm)
 	}
-	if !contains(vm.Tags, hypervisor.Tag) || !contains(vm.Tags, hypervisor.LabTag("lab-a")) {
+	if !slices.Contains(vm.Tags, hypervisor.Tag) || !slices.Contains(vm.Tags, hypervisor.LabTag("lab-a")) {
 		t.Errorf("tags %v lack labctl's", vm.Tags)
 	}
 	again, err := d.CreateVM(ctx, spec)
@@ -383,12 +366,11 @@ func TestVMLifecycle(t *testing.T) {
 	}
 
 	// The domain as libvirt stored it.
-	dom, err := d.conn.LookupDomainByName("vm-one")
+	dom, err := d.l.DomainLookupByName("vm-one")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dom.Free()
-	raw, _ := dom.GetXMLDesc(0)
+	raw, _ := d.l.DomainGetXMLDesc(dom, 0)
 	var dx libvirtxml.Domain
 	if err := dx.Unmarshal(raw); err != nil {
 		t.Fatal(err)
@@ -488,7 +470,7 @@ const e9 = 1_000_000_000 // one second in nanoseconds, for time.Duration
 
 func TestListVMsByLabAndForeignDomains(t *testing.T) {
 	ctx := t.Context()
-	d, _ := newTestDriver(t, testOptions())
+	d, _ := newTestDriver(t, testOptions(t))
 	for _, v := range []struct{ lab, name string }{{"lab-l1", "l1-a"}, {"lab-l1", "l1-b"}, {"lab-l2", "l2-a"}} {
 		if _, err := d.CreateVM(ctx, vmSpec(t, d, v.lab, v.name)); err != nil {
 			t.Fatal(err)
@@ -534,7 +516,7 @@ func TestListVMsByLabAndForeignDomains(t *testing.T) {
 // TestCreateVMInterruptedConverges cancels CreateVM after each of its
 // steps, then re-runs it: one VM, its two volumes, nothing else.
 func TestCreateVMInterruptedConverges(t *testing.T) {
-	d, _ := newTestDriver(t, testOptions())
+	d, _ := newTestDriver(t, testOptions(t))
 	spec := vmSpec(t, d, "lab-i", "vm-int")
 	base := len(volumeNames(t, d)) // the image and its marker
 	for _, stage := range []string{"disk created", "seed uploaded", "defined"} {
@@ -571,7 +553,7 @@ func TestCreateVMInterruptedConverges(t *testing.T) {
 }
 
 func TestCreateVMRejectsBadSpecs(t *testing.T) {
-	d, _ := newTestDriver(t, testOptions())
+	d, _ := newTestDriver(t, testOptions(t))
 	good := vmSpec(t, d, "lab-b", "vm-b")
 	for name, mod := range map[string]func(*hypervisor.VMSpec){
 		"bad name":     func(s *hypervisor.VMSpec) { s.Name = "VM_B" },
@@ -588,53 +570,5 @@ func TestCreateVMRejectsBadSpecs(t *testing.T) {
 	}
 	if vms, _ := d.ListVMs(t.Context(), "lab-b"); len(vms) != 0 {
 		t.Errorf("rejected specs left VMs: %+v", vms)
-	}
-}
-
-func TestNewExplainsConnectFailures(t *testing.T) {
-	o := testOptions()
-	o.URI = "qemu+unix:///system?socket=/nonexistent/libvirt-sock"
-	_, err := New(t.Context(), o)
-	if err == nil || !strings.Contains(err.Error(), "connecting to "+o.URI) {
-		t.Fatalf("New = %v", err)
-	}
-	if !strings.Contains(err.Error(), "local") {
-		t.Errorf("error does not name the hypervisor: %v", err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	if _, err := New(ctx, testOptions()); err == nil {
-		// Connecting to the test driver is instant, so the race may go
-		// either way; only a hang would be wrong.
-		t.Log("connect finished before the cancelled context was seen")
-	}
-}
-
-func TestConnectURI(t *testing.T) {
-	for in, want := range map[string]string{
-		"qemu:///system":                            "qemu:///system",
-		"qemu+tls://kvm1.lab/system":                "qemu+tls://kvm1.lab/system",
-		"qemu+ssh://me@kvm1/system":                 "qemu+ssh://me@kvm1/system?no_tty=1",
-		"qemu+ssh://me@kvm1/system?keyfile=/k/id":   "qemu+ssh://me@kvm1/system?keyfile=%2Fk%2Fid&no_tty=1",
-		"qemu+ssh://me@kvm1/system?no_tty=0":        "qemu+ssh://me@kvm1/system?no_tty=0",
-		"qemu+libssh2://me@kvm1/system?known_hosts": "qemu+libssh2://me@kvm1/system?known_hosts",
-	} {
-		got, err := connectURI(in)
-		if err != nil || got != want {
-			t.Errorf("connectURI(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-}
-
-func TestExplainConnect(t *testing.T) {
-	for msg, want := range map[string]string{
-		"Failed to open libvirt.so.0": "apt-get install libvirt0",
-		"Failed to connect socket to '/var/run/libvirt/libvirt-sock': No such file or directory": "is libvirtd running?",
-		"Host key verification failed.":            "known_hosts",
-		"authentication failed: Permission denied": "libvirt group",
-	} {
-		if got := explainConnect(errors.New(msg)).Error(); !strings.Contains(got, want) {
-			t.Errorf("explainConnect(%q) = %q; want it to mention %q", msg, got, want)
-		}
 	}
 }

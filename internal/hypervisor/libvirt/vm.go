@@ -1,5 +1,3 @@
-//go:build cgo && libvirt_dlopen
-
 package libvirt
 
 import (
@@ -9,7 +7,7 @@ import (
 	"regexp"
 	"slices"
 
-	"libvirt.org/go/libvirt"
+	lv "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/labctl/labctl/internal/cloudinit"
@@ -25,14 +23,13 @@ func (d *Driver) FindVM(ctx context.Context, lab, name string) (hypervisor.VM, e
 	if err := ctx.Err(); err != nil {
 		return hypervisor.VM{}, err
 	}
-	dom, err := d.conn.LookupDomainByName(name)
-	if isCode(err, libvirt.ERR_NO_DOMAIN) {
+	dom, err := d.l.DomainLookupByName(name)
+	if isCode(err, lv.ErrNoDomain) {
 		return hypervisor.VM{}, fmt.Errorf("VM %s on %s: %w", name, d.opts.Name, hypervisor.ErrNotFound)
 	}
 	if err != nil {
 		return hypervisor.VM{}, fmt.Errorf("looking up VM %s: %w", name, err)
 	}
-	defer func() { _ = dom.Free() }()
 	vm, meta, err := d.vmOf(dom)
 	if err != nil {
 		return hypervisor.VM{}, err
@@ -47,13 +44,10 @@ func (d *Driver) FindVM(ctx context.Context, lab, name string) (hypervisor.VM, e
 }
 
 // vmOf reads a domain; meta is nil when labctl did not make it.
-func (d *Driver) vmOf(dom *libvirt.Domain) (hypervisor.VM, *vmMeta, error) {
-	name, err := dom.GetName()
-	if err != nil {
-		return hypervisor.VM{}, nil, fmt.Errorf("reading a domain's name: %w", err)
-	}
-	raw, err := dom.GetMetadata(libvirt.DOMAIN_METADATA_ELEMENT, MetadataNS, libvirt.DOMAIN_AFFECT_CONFIG)
-	if isCode(err, libvirt.ERR_NO_DOMAIN_METADATA) {
+func (d *Driver) vmOf(dom lv.Domain) (hypervisor.VM, *vmMeta, error) {
+	name := dom.Name
+	raw, err := d.l.DomainGetMetadata(dom, int32(lv.DomainMetadataElement), lv.OptString{MetadataNS}, lv.DomainAffectConfig)
+	if isCode(err, lv.ErrNoDomainMetadata) {
 		return hypervisor.VM{Name: name}, nil, nil
 	}
 	if err != nil {
@@ -63,20 +57,20 @@ func (d *Driver) vmOf(dom *libvirt.Domain) (hypervisor.VM, *vmMeta, error) {
 	if err != nil {
 		return hypervisor.VM{}, nil, fmt.Errorf("VM %s: %w", name, err)
 	}
-	info, err := dom.GetInfo()
+	_, maxMemKiB, _, vcpus, _, err := d.l.DomainGetInfo(dom)
 	if err != nil {
 		return hypervisor.VM{}, nil, fmt.Errorf("reading the state of VM %s: %w", name, err)
 	}
-	running, err := dom.IsActive()
+	running, err := d.l.DomainIsActive(dom)
 	if err != nil {
 		return hypervisor.VM{}, nil, fmt.Errorf("reading the state of VM %s: %w", name, err)
 	}
 	return hypervisor.VM{
 		Name:      name,
 		Lab:       meta.Lab,
-		Running:   running,
-		CPUs:      int(info.NrVirtCpu),
-		MemoryMiB: int(info.MaxMem / 1024),
+		Running:   running == 1,
+		CPUs:      int(vcpus),
+		MemoryMiB: int(maxMemKiB / 1024),
 		Tags:      meta.Tags,
 	}, &meta, nil
 }
@@ -103,7 +97,6 @@ func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (vm hyper
 	if err != nil {
 		return hypervisor.VM{}, err
 	}
-	defer func() { _ = p.Free() }()
 
 	disk, seed := diskVolume(spec.Name), seedVolume(spec.Name)
 	defined := false
@@ -112,7 +105,7 @@ func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (vm hyper
 			return
 		}
 		// Runs after cancellation too: libvirt calls do not take ctx.
-		if cerr := errors.Join(deleteVolume(p, disk), deleteVolume(p, seed)); cerr != nil {
+		if cerr := errors.Join(d.deleteVolume(p, disk), d.deleteVolume(p, seed)); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("cleaning up after the failed create of %s: %w", spec.Name, cerr))
 		}
 	}()
@@ -145,12 +138,11 @@ func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (vm hyper
 	if err != nil {
 		return hypervisor.VM{}, err
 	}
-	dom, err := d.conn.DomainDefineXMLFlags(xml, libvirt.DOMAIN_DEFINE_VALIDATE)
+	dom, err := d.l.DomainDefineXMLFlags(xml, lv.DomainDefineValidate)
 	if err != nil {
 		return hypervisor.VM{}, fmt.Errorf("defining VM %s: %w", spec.Name, err)
 	}
 	defined = true
-	defer func() { _ = dom.Free() }()
 	d.reached("defined")
 	vm, _, err = d.vmOf(dom)
 	return vm, err
@@ -198,19 +190,18 @@ func seedISO(s hypervisor.VMSpec) ([]byte, error) {
 
 // createOverlay makes the VM's disk: a qcow2 volume of DiskGiB backed by
 // the image. A leftover of an interrupted create is replaced.
-func (d *Driver) createOverlay(ctx context.Context, p *libvirt.StoragePool, name string, spec hypervisor.VMSpec) error {
+func (d *Driver) createOverlay(ctx context.Context, p lv.StoragePool, name string, spec hypervisor.VMSpec) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := deleteVolume(p, name); err != nil {
+	if err := d.deleteVolume(p, name); err != nil {
 		return err
 	}
-	backing, err := d.conn.LookupStorageVolByPath(spec.Image.Volume)
+	backing, err := d.l.StorageVolLookupByPath(spec.Image.Volume)
 	if err != nil {
 		return fmt.Errorf("VM %s: looking up its image %s: %w", spec.Name, spec.Image.Volume, err)
 	}
-	defer func() { _ = backing.Free() }()
-	bx, err := backing.GetXMLDesc(0)
+	bx, err := d.l.StorageVolGetXMLDesc(backing, 0)
 	if err != nil {
 		return fmt.Errorf("VM %s: reading image volume %s: %w", spec.Name, spec.Image.Volume, err)
 	}
@@ -230,11 +221,9 @@ func (d *Driver) createOverlay(ctx context.Context, p *libvirt.StoragePool, name
 	if err != nil {
 		return err
 	}
-	v, err := p.StorageVolCreateXML(xml, 0)
-	if err != nil {
+	if _, err := d.l.StorageVolCreateXML(p, xml, 0); err != nil {
 		return fmt.Errorf("VM %s: creating disk %s: %w", spec.Name, name, err)
 	}
-	_ = v.Free()
 	return nil
 }
 
@@ -245,7 +234,7 @@ func (d *Driver) createOverlay(ctx context.Context, p *libvirt.StoragePool, name
 // type.
 func (d *Driver) pickGuest() (guestProfile, error) {
 	d.guestOnce.Do(func() {
-		raw, err := d.conn.GetCapabilities()
+		raw, err := d.l.ConnectGetCapabilities()
 		if err != nil {
 			d.guestErr = fmt.Errorf("reading the capabilities of %s: %w", d.opts.Name, err)
 			return
@@ -274,19 +263,18 @@ func (d *Driver) StartVM(ctx context.Context, vm hypervisor.VM) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	dom, err := d.conn.LookupDomainByName(vm.Name)
+	dom, err := d.l.DomainLookupByName(vm.Name)
 	if err != nil {
 		return fmt.Errorf("looking up VM %s: %w", vm.Name, err)
 	}
-	defer func() { _ = dom.Free() }()
-	on, err := dom.IsActive()
+	on, err := d.l.DomainIsActive(dom)
 	if err != nil {
 		return fmt.Errorf("reading the state of VM %s: %w", vm.Name, err)
 	}
-	if on {
+	if on == 1 {
 		return nil
 	}
-	if err := dom.Create(); err != nil && !isCode(err, libvirt.ERR_OPERATION_INVALID) {
+	if err := d.l.DomainCreate(dom); err != nil && !isCode(err, lv.ErrOperationInvalid) {
 		return fmt.Errorf("starting VM %s: %w", vm.Name, err)
 	}
 	return nil
@@ -299,14 +287,13 @@ func (d *Driver) DeleteVM(ctx context.Context, vm hypervisor.VM) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	dom, err := d.conn.LookupDomainByName(vm.Name)
-	if isCode(err, libvirt.ERR_NO_DOMAIN) {
+	dom, err := d.l.DomainLookupByName(vm.Name)
+	if isCode(err, lv.ErrNoDomain) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("looking up VM %s: %w", vm.Name, err)
 	}
-	defer func() { _ = dom.Free() }()
 	_, meta, err := d.vmOf(dom)
 	if err != nil {
 		return err
@@ -317,14 +304,14 @@ func (d *Driver) DeleteVM(ctx context.Context, vm hypervisor.VM) error {
 	if vm.Lab != "" && meta.Lab != vm.Lab {
 		return fmt.Errorf("refusing to delete VM %s on %s: it belongs to lab %q, not %q", vm.Name, d.opts.Name, meta.Lab, vm.Lab)
 	}
-	if on, _ := dom.IsActive(); on {
-		if err := dom.Destroy(); err != nil && !isCode(err, libvirt.ERR_OPERATION_INVALID) {
+	if on, _ := d.l.DomainIsActive(dom); on == 1 {
+		if err := d.l.DomainDestroy(dom); err != nil && !isCode(err, lv.ErrOperationInvalid) {
 			return fmt.Errorf("stopping VM %s: %w", vm.Name, err)
 		}
 	}
 	// labctl's VMs boot by BIOS (no NVRAM) and have no checkpoints.
-	flags := libvirt.DOMAIN_UNDEFINE_MANAGED_SAVE | libvirt.DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
-	if err := dom.UndefineFlags(flags); err != nil {
+	flags := lv.DomainUndefineManagedSave | lv.DomainUndefineSnapshotsMetadata
+	if err := d.l.DomainUndefineFlags(dom, flags); err != nil {
 		return fmt.Errorf("undefining VM %s: %w", vm.Name, err)
 	}
 	if len(meta.Volumes) == 0 {
@@ -334,10 +321,9 @@ func (d *Driver) DeleteVM(ctx context.Context, vm hypervisor.VM) error {
 	if err != nil {
 		return fmt.Errorf("VM %s is gone but its volumes %v are not: %w", vm.Name, meta.Volumes, err)
 	}
-	defer func() { _ = p.Free() }()
 	var errs []error
 	for _, v := range meta.Volumes {
-		errs = append(errs, deleteVolume(p, v))
+		errs = append(errs, d.deleteVolume(p, v))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("VM %s is gone but not all its volumes: %w", vm.Name, err)
@@ -350,19 +336,14 @@ func (d *Driver) ListVMs(ctx context.Context, lab string) ([]hypervisor.VM, erro
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	doms, err := d.conn.ListAllDomains(0)
+	doms, _, err := d.l.ConnectListAllDomains(1, 0)
 	if err != nil {
 		return nil, fmt.Errorf("listing VMs on %s: %w", d.opts.Name, err)
 	}
-	defer func() {
-		for i := range doms {
-			_ = doms[i].Free()
-		}
-	}()
 	var vms []hypervisor.VM
-	for i := range doms {
-		vm, meta, err := d.vmOf(&doms[i])
-		if isCode(err, libvirt.ERR_NO_DOMAIN) {
+	for _, dom := range doms {
+		vm, meta, err := d.vmOf(dom)
+		if isCode(err, lv.ErrNoDomain) {
 			continue // deleted while listing
 		}
 		if err != nil {
