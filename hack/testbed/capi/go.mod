@@ -1,3 +1,4 @@
+// Wrapper module: builds the Cluster API core, kubeadm bootstrap and kubeadm control-plane managers from sigs.k8s.io/cluster-api (hack/testenv.sh controllers).
 module labctl.dev/testbed/capi
 
 go 1.26.0

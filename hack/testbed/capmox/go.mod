@@ -1,3 +1,4 @@
+// Wrapper module: builds CAPMOX's manager from github.com/ionos-cloud/cluster-api-provider-proxmox (hack/testenv.sh controllers).
 module labctl.dev/testbed/capmox
 
 go 1.26.4

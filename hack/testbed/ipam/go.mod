@@ -1,3 +1,4 @@
+// Wrapper module: builds the in-cluster IPAM provider's manager from sigs.k8s.io/cluster-api-ipam-provider-in-cluster (hack/testenv.sh controllers).
 module labctl.dev/testbed/ipam
 
 go 1.26.0

@@ -1,3 +1,4 @@
+// Wrapper module: builds kwok from sigs.k8s.io/kwok (hack/testenv.sh controllers).
 module labctl.dev/testbed/kwok
 
 go 1.26.0

@@ -1,3 +1,4 @@
+// Wrapper module: builds cluster-api-operator's manager from sigs.k8s.io/cluster-api-operator (hack/testenv.sh controllers).
 module labctl.dev/testbed/operator
 
 go 1.26.5
