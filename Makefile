@@ -7,6 +7,11 @@
 #   make lint           gofmt and go vet
 #   make testbed        build etcd, kube-apiserver and kubectl into .testbed/bin,
 #                       and (as root) the real-VM test image into .cache/
+#   make testbed-controllers  build the real controllers (Cluster API, CAPMOX,
+#                       IPAM, operator, kube-controller-manager, kwok,
+#                       cluster-autoscaler) into .testbed/bin; not part of
+#                       make test yet (docs/testing.md)
+#   make bench-testbed  cold build of the controllers against a warm run
 #   make bench-libvirt  labctl's create-to-address time against plain virsh
 #   make fuzz           fuzz the config loader for $(FUZZTIME)
 #   make bench          cold start and peak RSS of labctl version (release build)
@@ -37,7 +42,7 @@ GORELEASER  ?= github.com/goreleaser/goreleaser/v2@v2.15.1
 
 LVBED       := hack/libvirt-testbed
 
-.PHONY: build test lint testbed fuzz bench bench-libvirt release-check clean help
+.PHONY: build test lint testbed testbed-controllers bench-testbed fuzz bench bench-libvirt release-check clean help
 
 # Pure Go, as the releases are: the libvirt driver needs no cgo.
 build: ## build bin/labctl
@@ -74,6 +79,12 @@ lint: ## fail on unformatted files, then go vet
 testbed: ## build etcd, kube-apiserver and kubectl (and, as root, the test image) when missing
 	hack/testenv.sh
 	if [ "$$(id -u)" = 0 ]; then $(LVBED)/build-image.sh; fi
+
+testbed-controllers: ## build the real controllers into .testbed/bin when missing (docs/testing.md)
+	hack/testenv.sh controllers
+
+bench-testbed: ## cold build of the real controllers against a warm run (long: see docs/testing.md)
+	hack/bench-testbed.sh controllers
 
 fuzz: ## fuzz the config loader (FUZZTIME=2m)
 	$(GO) test -run '^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./internal/config

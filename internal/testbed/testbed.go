@@ -11,6 +11,7 @@
 package testbed
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -26,6 +27,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/labctl/labctl/internal/testbed/upstream"
 )
 
 // Environment variables the test bed reads.
@@ -40,25 +43,32 @@ const (
 	EnvSharedCRDs = "LABCTL_SHARED_CRDS"
 )
 
-// CRD sets by name, as folders under the shared CRDs folder. Their versions
-// are the ones labctl pins.
+// CRD sets by name. Each is rendered from upstream providers' own config/
+// folders in the module cache (package upstream), at the versions the test
+// bed's wrapper modules select, so the CRDs carry the contract labels and
+// conversion webhooks of the releases and a fresh clone needs nothing
+// beside it. Only Kamaji's control-plane provider, whose module is not
+// served here, still comes from the shared CRDs folder.
 var crdSets = map[string][]string{
-	"capi": {
-		"cluster-api-v1.12.11/core",
-		"cluster-api-v1.12.11/bootstrap-kubeadm",
-		"cluster-api-v1.12.11/controlplane-kubeadm",
-	},
-	"capmox":          {"capmox-v0.9.0"},
-	"operator":        {"cluster-api-operator-v0.28.0"},
-	"ipam":            {"ipam-in-cluster-v1.0.3"},
-	"kamaji":          {"kamaji-controlplane-v0.20.0"},
-	"helm-controller": {"k3s-helm-controller-v0.17.7"},
+	"capi":            {"cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane"},
+	"capmox":          {"capmox"},
+	"operator":        {"cluster-api-operator"},
+	"ipam":            {"ipam-in-cluster"},
+	"helm-controller": {"helm-controller"},
+}
+
+// sharedCRDSets are the sets still read from the shared CRDs folder.
+var sharedCRDSets = map[string][]string{
+	"kamaji": {"kamaji-controlplane-v0.20.0"},
 }
 
 // CRDSets lists the names WithCRDs accepts.
 func CRDSets() []string {
-	names := make([]string, 0, len(crdSets))
+	names := make([]string, 0, len(crdSets)+len(sharedCRDSets))
 	for n := range crdSets {
+		names = append(names, n)
+	}
+	for n := range sharedCRDSets {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -90,13 +100,14 @@ type Option func(*options)
 type options struct {
 	sets  []string
 	paths []string
+	crds  []*apiextensionsv1.CustomResourceDefinition
 	audit bool
 }
 
 // WithCRDs installs CRD sets by name: "capi" (core, kubeadm bootstrap and
-// control plane), "capmox", "operator", "ipam", "kamaji" and
-// "helm-controller". They are read from the shared CRDs folder; where it
-// is absent the test is skipped.
+// control plane), "capmox", "operator", "ipam" and "helm-controller",
+// rendered from the upstream modules; and "kamaji", read from the shared
+// CRDs folder (the test is skipped where it is absent).
 func WithCRDs(sets ...string) Option {
 	return func(o *options) { o.sets = append(o.sets, sets...) }
 }
@@ -104,6 +115,13 @@ func WithCRDs(sets ...string) Option {
 // WithCRDPaths installs CRDs from these files or folders as well.
 func WithCRDPaths(paths ...string) Option {
 	return func(o *options) { o.paths = append(o.paths, paths...) }
+}
+
+// WithCRDObjects installs these CRDs as well: rendered ones a caller has
+// changed, for example to point their conversion webhooks at a local
+// process.
+func WithCRDObjects(crds ...*apiextensionsv1.CustomResourceDefinition) Option {
+	return func(o *options) { o.crds = append(o.crds, crds...) }
 }
 
 // WithAuditLog makes the API server log every request's metadata (not its
@@ -121,7 +139,9 @@ func Start(t testing.TB, opts ...Option) *Env {
 		opt(&o)
 	}
 	assets := Assets(t)
-	paths := append(crdPaths(t, o.sets), o.paths...)
+	crds, sharedPaths := crdsOf(t, o.sets)
+	crds = append(crds, o.crds...)
+	paths := append(sharedPaths, o.paths...)
 
 	var audit auditFiles
 	if o.audit {
@@ -132,7 +152,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 			t.Fatalf("testbed: %v", err)
 		}
 	}
-	env, err := start(assets, paths, audit)
+	env, err := start(assets, crds, paths, audit)
 	if env != nil {
 		// Registered before checking err: the servers stop also when the
 		// start failed half way.
@@ -160,10 +180,11 @@ func Start(t testing.TB, opts ...Option) *Env {
 // auditFiles are the audit log and its policy; empty means no audit log.
 type auditFiles struct{ log, policy string }
 
-func start(assets string, crdPaths []string, audit auditFiles) (*Env, error) {
+func start(assets string, crds []*apiextensionsv1.CustomResourceDefinition, crdPaths []string, audit auditFiles) (*Env, error) {
 	quietControllerRuntime()
 	te := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
+		CRDs:                  crds,
 		CRDDirectoryPaths:     crdPaths,
 		ErrorIfCRDPathMissing: true,
 		// envtest's defaults (20 s per server, 10 s for CRDs) are too short
@@ -291,30 +312,58 @@ func SharedCRDs(t testing.TB) string {
 	return dir
 }
 
-func crdPaths(t testing.TB, sets []string) []string {
+// crdsOf renders the named CRD sets, and names the folders of those still
+// read from the shared CRDs folder.
+func crdsOf(t testing.TB, sets []string) ([]*apiextensionsv1.CustomResourceDefinition, []string) {
 	t.Helper()
-	if len(sets) == 0 {
-		return nil
-	}
+	var crds []*apiextensionsv1.CustomResourceDefinition
 	var paths []string
-	var shared string
+	seen := map[string]bool{}
 	for _, name := range sets {
-		dirs, ok := crdSets[name]
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		if dirs, ok := sharedCRDSets[name]; ok {
+			shared := SharedCRDs(t)
+			for _, d := range dirs {
+				p := filepath.Join(shared, d)
+				if _, err := os.Stat(p); err != nil {
+					t.Skipf("testbed: CRD set %q: %s is absent from the shared CRDs folder", name, p)
+				}
+				paths = append(paths, p)
+			}
+			continue
+		}
+		providers, ok := crdSets[name]
 		if !ok {
 			t.Fatalf("testbed: unknown CRD set %q (known: %s)", name, strings.Join(CRDSets(), ", "))
 		}
-		if shared == "" {
-			shared = SharedCRDs(t)
-		}
-		for _, d := range dirs {
-			p := filepath.Join(shared, d)
-			if _, err := os.Stat(p); err != nil {
-				t.Skipf("testbed: CRD set %q: %s is absent from the shared CRDs folder", name, p)
+		for _, p := range providers {
+			got, err := UpstreamCRDs(p)
+			if err != nil {
+				t.Fatalf("testbed: CRD set %q: %v", name, err)
 			}
-			paths = append(paths, p)
+			crds = append(crds, got...)
 		}
 	}
-	return paths
+	return crds, paths
+}
+
+// UpstreamCRDs renders one upstream provider's CRDs (package upstream
+// names them) from its module, as fresh copies the caller may change.
+func UpstreamCRDs(provider string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := upstream.Get(ctx, root, provider)
+	if err != nil {
+		return nil, err
+	}
+	return c.CRDs()
 }
 
 var quietOnce sync.Once

@@ -53,7 +53,7 @@ spec:
 	if err := os.WriteFile(bad, []byte(crd), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env, err := start(assets, []string{bad}, auditFiles{})
+	env, err := start(assets, nil, []string{bad}, auditFiles{})
 	if err == nil {
 		_ = env.Stop()
 		t.Fatal("start with an invalid CRD succeeded")
@@ -90,15 +90,59 @@ func TestUnknownSharedFolderSkips(t *testing.T) {
 	}
 }
 
-func TestCRDSetsExist(t *testing.T) {
+// Every rendered set yields CRDs, and the Cluster API sets carry the
+// contract labels the Cluster controller needs (the shared bases had none).
+func TestCRDSetsRender(t *testing.T) {
+	for name, providers := range crdSets {
+		for _, p := range providers {
+			crds, err := UpstreamCRDs(p)
+			if err != nil {
+				t.Fatalf("CRD set %s: %v", name, err)
+			}
+			if len(crds) == 0 {
+				t.Errorf("CRD set %s: provider %s rendered no CRDs", name, p)
+			}
+		}
+	}
+	crds, err := UpstreamCRDs("capmox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, crd := range crds {
+		if got := crd.Labels["cluster.x-k8s.io/v1beta2"]; got != "v1alpha2" {
+			t.Errorf("CAPMOX CRD %s: contract label cluster.x-k8s.io/v1beta2 = %q, want v1alpha2", crd.Name, got)
+		}
+	}
+}
+
+func TestSharedCRDSetsExist(t *testing.T) {
 	shared := SharedCRDs(t)
-	for name, dirs := range crdSets {
+	for name, dirs := range sharedCRDSets {
 		for _, d := range dirs {
 			entries, err := os.ReadDir(filepath.Join(shared, d))
 			if err != nil || len(entries) == 0 {
 				t.Errorf("CRD set %s: %s: %v (%d files)", name, d, err, len(entries))
 			}
 		}
+	}
+}
+
+// A test asking for CAPI and CAPMOX gets their rendered CRDs installed and
+// served, labels included, with no shared CRDs folder.
+func TestStartInstallsRenderedCRDs(t *testing.T) {
+	t.Setenv(EnvSharedCRDs, filepath.Join(t.TempDir(), "nope"))
+	env := Start(t, WithCRDs("capi", "capmox"))
+	names := map[string]map[string]string{}
+	for _, crd := range env.CRDs {
+		names[crd.Name] = crd.Labels
+	}
+	for _, want := range []string{"clusters.cluster.x-k8s.io", "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io", "proxmoxmachinetemplates.infrastructure.cluster.x-k8s.io"} {
+		if _, ok := names[want]; !ok {
+			t.Errorf("CRD %s not installed", want)
+		}
+	}
+	if got := names["proxmoxclusters.infrastructure.cluster.x-k8s.io"]["cluster.x-k8s.io/v1beta2"]; got != "v1alpha2" {
+		t.Errorf("installed ProxmoxCluster CRD contract label = %q, want v1alpha2", got)
 	}
 }
 

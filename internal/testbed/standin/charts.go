@@ -24,6 +24,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/repo"
+	"sigs.k8s.io/yaml"
 
 	"github.com/labctl/labctl/internal/testbed"
 	"github.com/labctl/labctl/internal/versions"
@@ -43,8 +44,8 @@ const (
 
 // Package writes the stand-in chart name at version into dir as
 // <name>-<version>.tgz, as 'helm package' would, and returns its path.
-// The operator stand-in carries the real operator CRDs from the shared
-// CRDs folder in its crds/ folder, which Helm installs when they are
+// The operator stand-in carries the real operator CRDs, rendered from the
+// operator's module (testbed.UpstreamCRDs), in its crds/ folder, which Helm installs when they are
 // missing and leaves alone when the test bed already has them.
 func Package(t testing.TB, dir, name, version string) string {
 	t.Helper()
@@ -68,17 +69,16 @@ func Package(t testing.TB, dir, name, version string) string {
 		"\ndescription: labctl test stand-in for " + name + ", not the real chart\n"
 	files = append(files, &loader.BufferedFile{Name: "Chart.yaml", Data: []byte(meta)})
 	if name == ClusterAPIOperator {
-		crdDir := filepath.Join(testbed.SharedCRDs(t), "cluster-api-operator-v0.28.0")
-		entries, err := os.ReadDir(crdDir)
+		crds, err := testbed.UpstreamCRDs(ClusterAPIOperator)
 		if err != nil {
 			t.Fatalf("stand-in chart %s: %v", name, err)
 		}
-		for _, e := range entries {
-			data, err := os.ReadFile(filepath.Join(crdDir, e.Name()))
+		for _, crd := range crds {
+			data, err := yaml.Marshal(crd)
 			if err != nil {
 				t.Fatal(err)
 			}
-			files = append(files, &loader.BufferedFile{Name: "crds/" + e.Name(), Data: data})
+			files = append(files, &loader.BufferedFile{Name: "crds/" + crd.Name + ".yaml", Data: data})
 		}
 	}
 	ch, err := loader.LoadFiles(files)

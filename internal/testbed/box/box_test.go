@@ -1,0 +1,118 @@
+package box_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/labctl/labctl/internal/clusterapi"
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/testbed/box"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop"
+
+func renderLab1(t *testing.T) *clusterapi.Rendered {
+	t.Helper()
+	lab, _, err := config.Load(context.Background(), config.Request{Path: "../../../examples/lab.yaml", Explicit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", SSHKeys: []string{sshKey}, Pins: versions.MustGet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// The objects of `labctl cluster create lab1`, applied by labctl's own
+// apply to the box, pass the real Cluster API webhooks, and the real
+// defaulting webhook does what labctl relies on: it sets the autoscaled
+// MachineDeployment's replicas from the autoscaler's min-size annotation,
+// which labctl leaves unset. A refused object reaches labctl's caller with
+// the webhook's own message.
+func TestRealCAPIWebhooks(t *testing.T) {
+	b := box.Start(t, box.WithProviders("cluster-api"),
+		box.WithCRDsOf("kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster"))
+	kc := kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+
+	r := renderLab1(t)
+	if !r.Autoscaled {
+		t.Fatal("examples/lab.yaml's lab1 is not autoscaled; the replicas check below proves nothing")
+	}
+	md := r.Find("MachineDeployment", r.MachineDeployment)
+	if _, set, _ := unstructured.NestedFieldNoCopy(md.Object, "spec", "replicas"); set {
+		t.Fatal("labctl rendered spec.replicas on an autoscaled MachineDeployment; the webhook's defaulting is not what sets it")
+	}
+	min := md.GetAnnotations()[clusterapi.AnnotationMinSize]
+
+	t.Run("lab1 is accepted", func(t *testing.T) {
+		if _, err := kc.Apply(ctx, r.Objects, kube.ApplyOptions{}); err != nil {
+			t.Fatalf("applying lab1's objects: %v", err)
+		}
+		got, found, err := kc.Get(ctx, kube.RefOf(md))
+		if err != nil || !found {
+			t.Fatalf("MachineDeployment %s after apply: found=%v err=%v", md.GetName(), found, err)
+		}
+		replicas, set, _ := unstructured.NestedInt64(got.Object, "spec", "replicas")
+		if !set || itoa(replicas) != min {
+			t.Errorf("MachineDeployment %s spec.replicas = %d (set %v), want the min-size annotation %s set by CAPI's defaulting webhook", md.GetName(), replicas, set, min)
+		}
+		// The real Cluster controller takes lab1 up: it finds the
+		// ProxmoxCluster's contract through the rendered CRD's labels, and
+		// then waits for the infrastructure and control plane no provider
+		// runs here yet.
+		cluster := r.Find("Cluster", "")
+		var phase string
+		deadline := time.Now().Add(90 * time.Second)
+		for time.Now().Before(deadline) {
+			got, found, err := kc.Get(ctx, kube.RefOf(cluster))
+			if err != nil || !found {
+				t.Fatalf("Cluster %s: found=%v err=%v", cluster.GetName(), found, err)
+			}
+			phase, _, _ = unstructured.NestedString(got.Object, "status", "phase")
+			if phase == "Provisioning" {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		if phase != "Provisioning" {
+			t.Errorf("Cluster %s status.phase = %q after 90 s, want Provisioning from the real Cluster controller", cluster.GetName(), phase)
+		}
+		if exited, err := b.Procs["cluster-api"].Exited(); exited {
+			t.Errorf("the Cluster API manager exited after lab1 was applied: %v", err)
+		}
+	})
+
+	t.Run("a refusal carries the webhook's message", func(t *testing.T) {
+		bad := md.DeepCopy()
+		if err := unstructured.SetNestedField(bad.Object, "v1.35", "spec", "template", "spec", "version"); err != nil {
+			t.Fatal(err)
+		}
+		// The namespace too, so this subtest also runs alone.
+		_, err := kc.Apply(ctx, []*unstructured.Unstructured{r.Objects[0], bad}, kube.ApplyOptions{})
+		if err == nil {
+			t.Fatal("the box accepted a MachineDeployment with version v1.35")
+		}
+		msg := err.Error()
+		t.Logf("labctl reports: %s", msg)
+		for _, want := range []string{
+			`admission webhook "validation.machinedeployment.cluster.x-k8s.io" denied the request`,
+			`spec.template.spec.version: Invalid value: "v1.35": must be a valid semantic version`,
+		} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("error does not carry %q:\n%s", want, msg)
+			}
+		}
+	})
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
