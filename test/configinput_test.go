@@ -85,7 +85,7 @@ func TestConfigFromSilentFIFOEndsOnSignal(t *testing.T) {
 		for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 			t.Run(fmt.Sprintf("%s/%s", strings.Join(args, "-"), sig), func(t *testing.T) {
 				cmd, out := hostileStart(t, nil, append(args, "-c", fifo)...)
-				interruptWithin(t, cmd, out, sig)
+				interruptWithin(t, cmd, out, sig, time.Second)
 			})
 		}
 	}
@@ -107,17 +107,18 @@ func TestConfigFromOpenStdinEndsOnSignal(t *testing.T) {
 				if _, err := w.Write(bigDNSList(100000)); err != nil {
 					t.Fatal(err)
 				}
-				interruptWithin(t, cmd, out, sig)
+				interruptWithin(t, cmd, out, sig, time.Second)
 			})
 		}
 	}
 }
 
-// interruptWithin lets cmd reach its read, sends sig, and checks that it
-// ends within 1 s with 128+sig and says so.
-func interruptWithin(t *testing.T, cmd *exec.Cmd, out *bytes.Buffer, sig syscall.Signal) {
+// interruptWithin lets cmd run for settle (past start-up, into the wait
+// under test), sends sig, and checks that it ends within 1 s with 128+sig
+// and says so.
+func interruptWithin(t *testing.T, cmd *exec.Cmd, out *bytes.Buffer, sig syscall.Signal, settle time.Duration) {
 	t.Helper()
-	time.Sleep(1 * time.Second) // past start-up, into the read
+	time.Sleep(settle)
 	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
