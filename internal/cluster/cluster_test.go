@@ -69,7 +69,7 @@ func standInCAPI(ctx context.Context, t *testing.T, c client.Client, ns, name st
 			case <-tick.C:
 			}
 			cl := &unstructured.Unstructured{}
-			cl.SetGroupVersionKind(cluster.ClusterGVK)
+			cl.SetGroupVersionKind(clusterapi.ClusterGVK)
 			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cl); err != nil {
 				continue
 			}
@@ -492,7 +492,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		// Cluster is being deleted.
 		for _, n := range []string{"lab1-workers-a", "lab1-workers-b"} {
 			m := &unstructured.Unstructured{}
-			m.SetGroupVersionKind(cluster.MachineGVK)
+			m.SetGroupVersionKind(clusterapi.MachineGVK)
 			m.SetNamespace("lab1")
 			m.SetName(n)
 			m.SetLabels(map[string]string{clusterapi.ClusterNameLabel: "lab1"})
@@ -506,11 +506,11 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		go func() {
 			for ctx.Err() == nil {
 				cl := &unstructured.Unstructured{}
-				cl.SetGroupVersionKind(cluster.ClusterGVK)
+				cl.SetGroupVersionKind(clusterapi.ClusterGVK)
 				if err := mc.Get(ctx, client.ObjectKey{Namespace: "lab1", Name: "lab1"}, cl); err != nil {
 					time.Sleep(300 * time.Millisecond) // let labctl see the machines first
 					m := &unstructured.Unstructured{}
-					m.SetGroupVersionKind(cluster.MachineGVK)
+					m.SetGroupVersionKind(clusterapi.MachineGVK)
 					_ = mc.DeleteAllOf(ctx, m, client.InNamespace("lab1"))
 					return
 				}
@@ -606,7 +606,7 @@ func setStatus(t *testing.T, c client.Client, obj *unstructured.Unstructured, st
 func newMachine(t *testing.T, c client.Client, name string, labels map[string]string, owner *unstructured.Unstructured, phase, node string, conds ...any) {
 	t.Helper()
 	m := &unstructured.Unstructured{}
-	m.SetGroupVersionKind(cluster.MachineGVK)
+	m.SetGroupVersionKind(clusterapi.MachineGVK)
 	m.SetNamespace("lab1")
 	m.SetName(name)
 	labels[clusterapi.ClusterNameLabel] = "lab1"

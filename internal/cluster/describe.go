@@ -11,7 +11,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/duration"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/tree"
@@ -22,8 +21,8 @@ import (
 	"github.com/labctl/labctl/internal/ui"
 )
 
-// KCPGVK is the kubeadm control plane kind.
-var KCPGVK = schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmControlPlane"}
+// KCPGVK and ClusterGVK are clusterapi's, where the kinds are spelled once.
+var KCPGVK, ClusterGVK = clusterapi.KubeadmControlPlaneGVK, clusterapi.ClusterGVK
 
 // Description is what 'cluster describe' shows: clusterctl's object tree of
 // the Cluster (infrastructure, control plane, workers, machines, each with

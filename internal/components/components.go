@@ -20,6 +20,7 @@ import (
 
 	"github.com/labctl/labctl/embedded"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/helm"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/versions"
@@ -133,7 +134,7 @@ func Build(lab *config.Lab, pins versions.Pins, o Options) ([]Component, error) 
 		offline = ""
 	}
 	if offline != "" {
-		abs, err := config.ExpandHome(offline)
+		abs, err := files.ExpandHome(offline)
 		if err != nil {
 			return nil, err
 		}

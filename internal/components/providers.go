@@ -119,27 +119,25 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 // VM's hypervisor, else the first cluster's, else the first listed. Nil
 // when the lab has no Proxmox hypervisor: then CAPMOX is left out.
 func proxmoxFor(lab *config.Lab) *config.Hypervisor {
-	byName := map[string]*config.Hypervisor{}
-	var first *config.Hypervisor
-	for i := range lab.Hypervisors {
-		h := &lab.Hypervisors[i]
-		if h.Proxmox == nil {
-			continue
-		}
-		byName[h.Name] = h
-		if first == nil {
-			first = h
-		}
-	}
-	if h := byName[lab.Management.Hypervisor]; h != nil {
-		return h
-	}
-	for _, c := range lab.Clusters {
-		if h := byName[c.Hypervisor]; h != nil {
+	for _, name := range append([]string{lab.Management.Hypervisor}, clusterHypervisors(lab)...) {
+		if h, err := lab.Hypervisor(name); err == nil && h.Proxmox != nil {
 			return h
 		}
 	}
-	return first
+	for i := range lab.Hypervisors {
+		if lab.Hypervisors[i].Proxmox != nil {
+			return &lab.Hypervisors[i]
+		}
+	}
+	return nil
+}
+
+func clusterHypervisors(lab *config.Lab) []string {
+	names := make([]string, len(lab.Clusters))
+	for i, c := range lab.Clusters {
+		names[i] = c.Hypervisor
+	}
+	return names
 }
 
 var operatorGroup = "operator.cluster.x-k8s.io"

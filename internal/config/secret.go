@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/labctl/labctl/internal/files"
 )
 
 // ReadSecret returns the secret a SecretRef names, trimmed of surrounding
@@ -24,7 +25,7 @@ func ReadSecret(ref SecretRef, what string) (string, error) {
 		}
 		return v, nil
 	case ref.File != "":
-		path, err := ExpandHome(ref.File)
+		path, err := files.ExpandHome(ref.File)
 		if err != nil {
 			return "", fmt.Errorf("reading %s: %w", what, err)
 		}
@@ -43,16 +44,4 @@ func ReadSecret(ref SecretRef, what string) (string, error) {
 		return v, nil
 	}
 	return "", fmt.Errorf("reading %s: no env or file is named for it", what)
-}
-
-// ExpandHome replaces a leading ~/ with the user's home folder.
-func ExpandHome(path string) (string, error) {
-	if path != "~" && !strings.HasPrefix(path, "~/") {
-		return path, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("cannot expand %s: the home folder is unknown (HOME is not set)", path)
-	}
-	return filepath.Join(home, strings.TrimPrefix(path, "~")), nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/ui"
 )
@@ -207,7 +208,7 @@ func checkSecret(ref config.SecretRef, tokenID string) (Status, string) {
 		}
 		return OK, fmt.Sprintf("env %s is set", ref.Env)
 	case ref.File != "":
-		path, err := config.ExpandHome(ref.File)
+		path, err := files.ExpandHome(ref.File)
 		if err != nil {
 			return Fail, err.Error()
 		}
@@ -249,7 +250,7 @@ func checkSSHKey(m config.Management) (st Status, detail string, ok bool) {
 		}
 		return OK, inline, true
 	}
-	path, err := config.ExpandHome(m.SSHPublicKeyFile)
+	path, err := files.ExpandHome(m.SSHPublicKeyFile)
 	if err != nil {
 		return Fail, err.Error(), true
 	}

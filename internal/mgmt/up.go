@@ -26,6 +26,7 @@ import (
 
 	"github.com/labctl/labctl/internal/cloudinit"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/kube"
@@ -179,7 +180,7 @@ const MgmtHostKeyFile = "mgmt-ssh-host-key"
 
 // MgmtHostKeyPath is $XDG_CONFIG_HOME/labctl/<lab>/mgmt-ssh-host-key.
 func MgmtHostKeyPath(lab string) (string, error) {
-	dir, err := kube.StateDir(lab)
+	dir, err := files.StateDir(lab)
 	if err != nil {
 		return "", err
 	}
@@ -563,7 +564,7 @@ func (u *UpRun) storeKubeconfig(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := kube.WritePrivate(u.kubeconfig, data); err != nil {
+	if err := files.WritePrivate(u.kubeconfig, data); err != nil {
 		return err
 	}
 	c, err := kube.Connect(u.kubeconfig)

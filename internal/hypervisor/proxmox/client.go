@@ -23,6 +23,7 @@ import (
 
 	"github.com/labctl/labctl/internal/cloudinit"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/hypervisor"
 )
 
@@ -104,7 +105,7 @@ func Secret(name string, ref config.SecretRef, o Options) (string, error) {
 		}
 		return v, nil
 	case ref.File != "":
-		path, err := config.ExpandHome(ref.File)
+		path, err := files.ExpandHome(ref.File)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", field(name, "tokenSecret.file"), err)
 		}
@@ -127,7 +128,7 @@ func Secret(name string, ref config.SecretRef, o Options) (string, error) {
 func tlsConfig(name string, t config.TLS, warn io.Writer) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if t.CAFile != "" {
-		path, err := config.ExpandHome(t.CAFile)
+		path, err := files.ExpandHome(t.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", field(name, "tls.caFile"), err)
 		}
