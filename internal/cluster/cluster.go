@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,6 +19,7 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/sshkey"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
@@ -85,34 +85,9 @@ func until(ctx context.Context, mgmt *kube.Client, gvk schema.GroupVersionKind, 
 	return mgmt.Until(withProgress(ctx), w, what, condition, timeout, done)
 }
 
-// SSHKeys reads the owner's public keys from management.sshPublicKeys and
-// management.sshPublicKeyFile (~ is the home folder).
-func SSHKeys(lab *config.Lab) ([]string, error) {
-	keys := append([]string{}, lab.Management.SSHPublicKeys...)
-	if f := lab.Management.SSHPublicKeyFile; f != "" {
-		path, err := files.ExpandHome(f)
-		if err != nil {
-			return nil, fmt.Errorf("reading management.sshPublicKeyFile: %w", err)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("reading management.sshPublicKeyFile: %w; the nodes need the owner's public key (or set management.sshPublicKeys)", err)
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-				if strings.Contains(line, "PRIVATE KEY") {
-					return nil, fmt.Errorf("management.sshPublicKeyFile %s holds a private key; name the .pub file", f)
-				}
-				keys = append(keys, line)
-			}
-		}
-	}
-	return keys, nil
-}
-
 // Render renders the named cluster of the lab.
 func Render(lab *config.Lab, name string) (*clusterapi.Rendered, error) {
-	keys, err := SSHKeys(lab)
+	keys, err := sshkey.Authorized(lab.Management.SSHPublicKeys, lab.Management.SSHPublicKeyFile)
 	if err != nil {
 		return nil, err
 	}

@@ -694,3 +694,21 @@ func TestCreateChecksPrerequisitesBeforeWriting(t *testing.T) {
 		})
 	}
 }
+
+// One reader of the public keys: 'cluster create' used to put any line of
+// sshPublicKeyFile on the nodes, a mistyped path's content included.
+func TestRenderRefusesALineThatIsNoPublicKey(t *testing.T) {
+	lab, _, err := config.Load(context.Background(), config.Request{Path: "../../examples/lab.yaml", Explicit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "id.pub")
+	if err := os.WriteFile(f, []byte("# mine\n"+ownerKey+"\nnot a key\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lab.Management.SSHPublicKeys, lab.Management.SSHPublicKeyFile = nil, f
+	_, err = cluster.Render(lab, "lab1")
+	if err == nil || !strings.Contains(err.Error(), "management.sshPublicKeyFile: "+f+" line 3 is not an SSH public key") {
+		t.Fatalf("Render = %v; want line 3 refused, naming the field and file", err)
+	}
+}

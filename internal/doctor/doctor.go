@@ -17,6 +17,7 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/sshkey"
 	"github.com/labctl/labctl/internal/ui"
 )
 
@@ -158,9 +159,8 @@ func Diagnose(ctx context.Context, o Options) *Report {
 				r.add(fmt.Sprintf("proxmox %s token secret", h.Name), st, detail)
 			}
 		}
-		if st, detail, ok := checkSSHKey(lab.Management); ok {
-			r.add("ssh public key", st, detail)
-		}
+		st, detail := checkSSHKey(lab.Management)
+		r.add("ssh public key", st, detail)
 		if !o.SkipHypervisors {
 			r.checkProxmox(ctx, o, lab)
 		}
@@ -237,62 +237,22 @@ func checkSecret(ref config.SecretRef, tokenID string) (Status, string) {
 	return Fail, "no env or file named for the token secret"
 }
 
-// checkSSHKey checks the management VM's public key file. ok is false when
-// there is nothing to check.
-func checkSSHKey(m config.Management) (st Status, detail string, ok bool) {
-	inline := ""
+// checkSSHKey reads the management VM's public keys as 'mgmt up' and
+// 'cluster create' do (sshkey.Authorized), so doctor passes exactly what
+// they accept.
+func checkSSHKey(m config.Management) (Status, string) {
+	keys, err := sshkey.Authorized(m.SSHPublicKeys, m.SSHPublicKeyFile)
+	if err != nil {
+		return Fail, err.Error()
+	}
+	var parts []string
+	if m.SSHPublicKeyFile != "" {
+		path, _ := files.ExpandHome(m.SSHPublicKeyFile) // Authorized expanded it already
+		typ, _, _ := strings.Cut(keys[len(m.SSHPublicKeys)], " ")
+		parts = append(parts, fmt.Sprintf("%s (%s)", path, typ))
+	}
 	if n := len(m.SSHPublicKeys); n > 0 {
-		inline = fmt.Sprintf("%d inline key(s)", n)
+		parts = append(parts, fmt.Sprintf("%d inline key(s)", n))
 	}
-	if m.SSHPublicKeyFile == "" {
-		if inline == "" {
-			return "", "", false
-		}
-		return OK, inline, true
-	}
-	path, err := files.ExpandHome(m.SSHPublicKeyFile)
-	if err != nil {
-		return Fail, err.Error(), true
-	}
-	data, err := readSmall(path, 64<<10)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return Fail, fmt.Sprintf("%s does not exist: create a key with 'ssh-keygen -t ed25519' or set management.sshPublicKeyFile", path), true
-	case err != nil:
-		return Fail, fmt.Sprintf("%s cannot be read: %v", path, err), true
-	}
-	text := strings.TrimSpace(string(data))
-	if strings.Contains(text, "PRIVATE KEY") {
-		return Fail, fmt.Sprintf("%s holds a private key; name the .pub file next to it", path), true
-	}
-	keyType, _, _ := strings.Cut(text, " ")
-	if !isPublicKeyType(keyType) {
-		return Fail, fmt.Sprintf("%s is not an SSH public key (want a line like 'ssh-ed25519 AAAA...')", path), true
-	}
-	detail = fmt.Sprintf("%s (%s)", path, keyType)
-	if inline != "" {
-		detail += ", and " + inline
-	}
-	return OK, detail, true
-}
-
-func isPublicKeyType(t string) bool {
-	return strings.HasPrefix(t, "ssh-") || strings.HasPrefix(t, "ecdsa-sha2-") ||
-		strings.HasPrefix(t, "sk-ssh-") || strings.HasPrefix(t, "sk-ecdsa-")
-}
-
-func readSmall(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if fi.IsDir() {
-		return nil, errors.New("it is a folder")
-	}
-	return io.ReadAll(io.LimitReader(f, limit))
+	return OK, strings.Join(parts, ", and ")
 }

@@ -154,27 +154,34 @@ func TestSSHKey(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "id.pub")
 	m := config.Management{SSHPublicKeyFile: p}
-	if st, d, _ := checkSSHKey(m); st != Fail || !strings.Contains(d, "does not exist") {
+	if st, d := checkSSHKey(m); st != Fail || !strings.Contains(d, "does not exist") || !strings.Contains(d, "management.sshPublicKeyFile") {
 		t.Errorf("missing: %s %q", st, d)
 	}
 	writeFile(t, p, "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----\n", 0o600)
-	st, d, _ := checkSSHKey(m)
+	st, d := checkSSHKey(m)
 	if st != Fail || !strings.Contains(d, "private key") || strings.Contains(d, "b3Blbn") {
 		t.Errorf("private: %s %q", st, d)
 	}
 	writeFile(t, p, "hello\n", 0o644)
-	if st, d, _ := checkSSHKey(m); st != Fail || !strings.Contains(d, "not an SSH public key") {
+	if st, d := checkSSHKey(m); st != Fail || !strings.Contains(d, "line 1 is not an SSH public key") {
 		t.Errorf("garbage: %s %q", st, d)
 	}
 	writeFile(t, p, "ecdsa-sha2-nistp256 AAAAE2VjZHNh x@y\n", 0o644)
-	if st, d, _ := checkSSHKey(m); st != OK || !strings.Contains(d, "ecdsa-sha2-nistp256") {
+	if st, d := checkSSHKey(m); st != OK || !strings.Contains(d, "ecdsa-sha2-nistp256") {
 		t.Errorf("ecdsa: %s %q", st, d)
 	}
-	if st, d, ok := checkSSHKey(config.Management{SSHPublicKeys: []string{"ssh-ed25519 AAAA"}}); !ok || st != OK || !strings.Contains(d, "1 inline") {
-		t.Errorf("inline: %v %s %q", ok, st, d)
+	if st, d := checkSSHKey(config.Management{SSHPublicKeys: []string{"ssh-ed25519 AAAA"}}); st != OK || !strings.Contains(d, "1 inline") {
+		t.Errorf("inline: %s %q", st, d)
 	}
-	if _, _, ok := checkSSHKey(config.Management{}); ok {
-		t.Error("no key at all should not be listed (validation reports it)")
+	// Stricter since the three readers became one: doctor used to skip an
+	// empty list and pass a private key given inline, both of which
+	// 'mgmt up' refuses.
+	if st, d := checkSSHKey(config.Management{}); st != Fail || !strings.Contains(d, "no SSH public key") || !strings.Contains(d, "sshPublicKeyFile") {
+		t.Errorf("no key at all: %s %q", st, d)
+	}
+	inlinePrivate := config.Management{SSHPublicKeys: []string{"-----BEGIN OPENSSH PRIVATE KEY----- b3Blbn"}}
+	if st, d := checkSSHKey(inlinePrivate); st != Fail || !strings.Contains(d, "management.sshPublicKeys[0] is not an SSH public key but a private key") || strings.Contains(d, "b3Blbn") {
+		t.Errorf("inline private key: %s %q", st, d)
 	}
 }
 

@@ -16,7 +16,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -31,6 +30,7 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/redact"
+	"github.com/labctl/labctl/internal/sshkey"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/vmssh"
@@ -139,7 +139,7 @@ func NewUp(lab *config.Lab, drv hypervisor.Driver, o UpOptions) (*UpRun, error) 
 	if iu, err := url.Parse(m.Image.URL); err == nil {
 		u.image.FileName = path.Base(iu.Path)
 	}
-	keys, err := sshKeys(m)
+	keys, err := sshkey.Authorized(m.SSHPublicKeys, m.SSHPublicKeyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -185,37 +185,6 @@ func MgmtHostKeyPath(lab string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(dir, MgmtHostKeyFile), nil
-}
-
-// sshKeys are management.sshPublicKeys plus the key in sshPublicKeyFile.
-func sshKeys(m config.Management) ([]string, error) {
-	keys := append([]string(nil), m.SSHPublicKeys...)
-	if m.SSHPublicKeyFile != "" {
-		p := m.SSHPublicKeyFile
-		if rest, ok := strings.CutPrefix(p, "~/"); ok {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return nil, fmt.Errorf("management.sshPublicKeyFile %s: %w", p, err)
-			}
-			p = filepath.Join(home, rest)
-		}
-		data, err := os.ReadFile(p)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("management.sshPublicKeyFile: %s does not exist; make a key with 'ssh-keygen -t ed25519' or set management.sshPublicKeys", p)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("management.sshPublicKeyFile: reading %s: %w", p, err)
-		}
-		for _, l := range strings.Split(string(data), "\n") {
-			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-				keys = append(keys, l)
-			}
-		}
-	}
-	if len(keys) == 0 {
-		return nil, errors.New("management: no SSH public key; set sshPublicKeyFile or sshPublicKeys")
-	}
-	return keys, nil
 }
 
 // vmSpec renders the management VM: k3s at the pinned version with

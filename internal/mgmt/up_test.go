@@ -579,3 +579,18 @@ users:
 		t.Error("garbage accepted")
 	}
 }
+
+// One reader of the public keys: 'mgmt up' used to put a private key
+// named as sshPublicKeyFile on the VM as if it were public.
+func TestNewUpRefusesPrivateKeyAsPublic(t *testing.T) {
+	lab := localLab(t)
+	lab.Management.SSHPublicKeys = nil
+	lab.Management.SSHPublicKeyFile = filepath.Join(t.TempDir(), "id_ed25519.pub")
+	if err := os.WriteFile(lab.Management.SSHPublicKeyFile, []byte("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := NewUp(lab, newMem(t, nil), UpOptions{IO: &ui.IO{}, DryRun: true})
+	if err == nil || !strings.Contains(err.Error(), "management.sshPublicKeyFile") || !strings.Contains(err.Error(), "holds a private key") || strings.Contains(err.Error(), "b3Blbn") {
+		t.Fatalf("NewUp = %v; want the private key refused, naming the field and not the key", err)
+	}
+}
