@@ -96,10 +96,11 @@ type Options struct {
 	// IgnoreOffline builds the online stack even where an offline folder
 	// is configured: for reading the stack back, which needs no files.
 	IgnoreOffline bool
-	// ReadSecret reads a secret the lab names. Nil leaves out the objects
+	// ReadSecret reads a Proxmox hypervisor's token secret
+	// ((*config.Hypervisor).ReadTokenSecret). Nil leaves out the objects
 	// that need one (for status and emitted manifests, which need no
 	// secret).
-	ReadSecret func(ref config.SecretRef, what string) (string, error)
+	ReadSecret func(h *config.Hypervisor) (string, error)
 }
 
 // Namespaces and names the stack uses.

@@ -59,7 +59,7 @@ const (
 // API server refuses objects over 1 MiB.
 const maxPlainComponents = 768 << 10
 
-func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret func(config.SecretRef, string) (string, error)) ([]Component, error) {
+func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret func(*config.Hypervisor) (string, error)) ([]Component, error) {
 	st := lab.Management.Stack
 	var gates map[string]bool
 	if st.ClusterClass {
@@ -74,8 +74,7 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 	if px := proxmoxFor(lab); px != nil {
 		d := providerDef{kind: "InfrastructureProvider", ctype: "infrastructure", name: "proxmox", namespace: "capmox-system", version: pins.CAPMOX}
 		if readSecret != nil {
-			what := fmt.Sprintf("the token secret of Proxmox hypervisor %s", px.Name)
-			v, err := readSecret(px.Proxmox.TokenSecret, what)
+			v, err := readSecret(px)
 			if err != nil {
 				return nil, err
 			}

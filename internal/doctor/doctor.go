@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"strings"
 	"time"
 
@@ -155,7 +153,7 @@ func Diagnose(ctx context.Context, o Options) *Report {
 		r.add("config", OK, fmt.Sprintf("%s: lab %q is valid", src.Name, lab.Metadata.Name))
 		for _, h := range lab.Hypervisors {
 			if h.Proxmox != nil {
-				st, detail := checkSecret(h.Proxmox.TokenSecret, h.Proxmox.TokenID)
+				st, detail := checkSecret(h)
 				r.add(fmt.Sprintf("proxmox %s token secret", h.Name), st, detail)
 			}
 		}
@@ -194,47 +192,18 @@ func configProblem(src config.Source, err error) string {
 	return msg
 }
 
-// checkSecret says whether a secret reference resolves. It never reads the
+// checkSecret says whether a Proxmox token secret resolves, read as every
+// command reads it (config's CheckTokenSecret). It never reads the
 // secret's value into the report.
-func checkSecret(ref config.SecretRef, tokenID string) (Status, string) {
+func checkSecret(h config.Hypervisor) (Status, string) {
+	found, warning, err := h.CheckTokenSecret()
 	switch {
-	case ref.Env != "":
-		v, ok := os.LookupEnv(ref.Env)
-		if !ok {
-			return Fail, fmt.Sprintf("env %s is not set: export %s=<secret of token %s>", ref.Env, ref.Env, tokenID)
-		}
-		if strings.TrimSpace(v) == "" {
-			return Fail, fmt.Sprintf("env %s is set but empty: export the secret of token %s", ref.Env, tokenID)
-		}
-		return OK, fmt.Sprintf("env %s is set", ref.Env)
-	case ref.File != "":
-		path, err := files.ExpandHome(ref.File)
-		if err != nil {
-			return Fail, err.Error()
-		}
-		fi, err := os.Stat(path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return Fail, fmt.Sprintf("file %s does not exist: write the secret of token %s there and chmod 600 it", path, tokenID)
-		case err != nil:
-			return Fail, fmt.Sprintf("file %s: %v", path, errors.Unwrap(err))
-		case fi.IsDir():
-			return Fail, fmt.Sprintf("%s is a folder, not a file holding the token secret", path)
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return Fail, fmt.Sprintf("file %s cannot be read: %v", path, errors.Unwrap(err))
-		}
-		f.Close()
-		if fi.Size() == 0 {
-			return Fail, fmt.Sprintf("file %s is empty: write the secret of token %s there", path, tokenID)
-		}
-		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-			return Warn, fmt.Sprintf("file %s has mode %04o, wider than 0600: chmod 600 %s", path, perm, path)
-		}
-		return OK, fmt.Sprintf("file %s (mode %04o)", path, fi.Mode().Perm())
+	case err != nil:
+		return Fail, err.Error()
+	case warning != "":
+		return Warn, warning
 	}
-	return Fail, "no env or file named for the token secret"
+	return OK, found
 }
 
 // checkSSHKey reads the management VM's public keys as 'mgmt up' and

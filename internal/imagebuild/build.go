@@ -116,7 +116,7 @@ func prepare(o BuildOptions, lab *config.Lab, img config.Image, pins versions.Pi
 	if err != nil {
 		return nil, err
 	}
-	secret, err := proxmox.Secret(h.Name, h.Proxmox.TokenSecret, proxmox.Options{})
+	secret, err := h.ReadTokenSecret()
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,3 @@
-// Package mgmt holds the management-cluster use cases. Up brings the k3s
-// management VM up on any hypervisor.Driver: it never knows which kind of
-// hypervisor it drives.
 package mgmt
 
 import (
@@ -47,9 +44,6 @@ type Installer interface {
 	Install(ctx context.Context, lab *config.Lab, kubeconfig string) error
 }
 
-// ErrNoInstaller means this build cannot run mgmt install yet.
-var ErrNoInstaller = errors.New("'labctl mgmt install' is not available in this build, so the management stack was not installed")
-
 // OpenFunc opens the driver of a hypervisor of the lab.
 type OpenFunc func(ctx context.Context, lab *config.Lab, hypervisor string) (hypervisor.Driver, error)
 
@@ -61,8 +55,7 @@ type UpOptions struct {
 	Verbose int
 	// Open defaults to drivers.Open.
 	Open OpenFunc
-	// Installer runs mgmt install; nil makes that step fail with
-	// ErrNoInstaller, after everything before it is done.
+	// Installer runs mgmt install (default: StackInstaller, the real one).
 	Installer Installer
 	// AddressTimeout and APITimeout bound the waits (default 15 min each:
 	// a VM without hardware virtualisation boots slowly).
@@ -129,6 +122,9 @@ type UpRun struct {
 func NewUp(lab *config.Lab, drv hypervisor.Driver, o UpOptions) (*UpRun, error) {
 	m := lab.Management
 	u := &UpRun{lab: lab, drv: drv, opts: o, apiPort: 6443, sshPort: 22}
+	if u.opts.Installer == nil {
+		u.opts.Installer = &StackInstaller{IO: o.IO, Verbose: o.Verbose}
+	}
 	if u.opts.AddressTimeout == 0 {
 		u.opts.AddressTimeout = 15 * time.Minute
 	}
@@ -324,12 +320,9 @@ func (u *UpRun) applyCreate(ctx context.Context) error {
 		}
 		u.img = img
 	}
-	var manifests []cloudinit.File
-	if u.opts.Installer != nil {
-		var err error
-		if manifests, err = u.opts.Installer.K3sManifests(u.lab); err != nil {
-			return fmt.Errorf("rendering the k3s manifests of mgmt install: %w", err)
-		}
+	manifests, err := u.opts.Installer.K3sManifests(u.lab)
+	if err != nil {
+		return fmt.Errorf("rendering the k3s manifests of mgmt install: %w", err)
 	}
 	hk, err := vmssh.LoadOrCreateHostKey(u.hostKeyFile)
 	if err != nil {
@@ -548,19 +541,13 @@ func (u *UpRun) storeKubeconfig(ctx context.Context) error {
 	return nil
 }
 
-// planInstall is nil (always run) when there is an installer, and says
-// plainly when there is none: the step will fail.
+// planInstall says what the last step does: mgmt install always runs, as
+// it checks every component itself and changes only what differs.
 func (u *UpRun) planInstall(context.Context) ([]string, error) {
-	if u.opts.Installer != nil {
-		return []string{"install the management stack with mgmt install"}, nil
-	}
-	return []string{"install the management stack: not available in this build, so this step will fail"}, nil
+	return []string{"install the management stack with mgmt install"}, nil
 }
 
 func (u *UpRun) install(ctx context.Context) error {
-	if u.opts.Installer == nil {
-		return fmt.Errorf("%w; the VM is up and its kubeconfig is at %s: run 'labctl mgmt install' once your labctl has it", ErrNoInstaller, u.kubeconfig)
-	}
 	return u.opts.Installer.Install(ctx, u.lab, u.kubeconfig)
 }
 

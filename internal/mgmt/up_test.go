@@ -495,22 +495,6 @@ func TestUpInterruptedConverges(t *testing.T) {
 	}
 }
 
-func TestUpWithoutInstallerFailsHonestly(t *testing.T) {
-	env := testbed.Start(t)
-	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	mem := newMem(t, k3sStyle(t, env.Kubeconfig))
-	out, err := upOnce(t, t.Context(), loopbackLab(t), mem, nil, false)
-	if !errors.Is(err, ErrNoInstaller) {
-		t.Fatalf("mgmt up without an installer = %v, want ErrNoInstaller\n%s", err, out)
-	}
-	if !strings.Contains(out, "✗ mgmt install") && !strings.Contains(out, "mgmt install") {
-		t.Errorf("the install step is not shown as failed:\n%s", out)
-	}
-	if _, err := os.Stat(filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "labctl", "local", "mgmt.kubeconfig")); err != nil {
-		t.Errorf("the steps before install did not finish: %v", err)
-	}
-}
-
 func TestUpDryRunChangesNothing(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	mem := newMem(t, nil)
