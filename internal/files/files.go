@@ -30,6 +30,16 @@ func StateDir(lab string) (string, error) {
 	return filepath.Join(base, "labctl", lab), nil
 }
 
+// StatePath is a file or folder in lab's state folder, e.g.
+// StatePath("home", "mgmt.kubeconfig").
+func StatePath(lab string, elem ...string) (string, error) {
+	dir, err := StateDir(lab)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(append([]string{dir}, elem...)...), nil
+}
+
 // ExpandHome replaces a leading ~/ with the user's home folder.
 func ExpandHome(path string) (string, error) {
 	if path != "~" && !strings.HasPrefix(path, "~/") {

@@ -59,6 +59,9 @@ func TestStateDirFollowsXDG(t *testing.T) {
 	if got, _ := StateDir("home"); got != filepath.Join(home, ".config", "labctl", "home") {
 		t.Errorf("relative XDG_CONFIG_HOME: %s", got)
 	}
+	if got, _ := StatePath("home", "images", "x.log"); got != filepath.Join(home, ".config", "labctl", "home", "images", "x.log") {
+		t.Errorf("StatePath: %s", got)
+	}
 	if _, err := StateDir(""); err == nil {
 		t.Error("a lab without a name has a state folder")
 	}

@@ -120,11 +120,10 @@ func prepare(o BuildOptions, lab *config.Lab, img config.Image, pins versions.Pi
 	if err != nil {
 		return nil, err
 	}
-	state, err := files.StateDir(lab.Metadata.Name)
+	folder, err := files.StatePath(lab.Metadata.Name, "images")
 	if err != nil {
 		return nil, err
 	}
-	folder := filepath.Join(state, "images")
 	stamp := time.Now().UTC().Format("20060102T150405Z")
 	p := &plan{
 		dir: dir, target: Target(img), vars: vars, env: Env(h, n, secret), sc: NewScrubber(secret),

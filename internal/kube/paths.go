@@ -1,8 +1,6 @@
 package kube
 
 import (
-	"path/filepath"
-
 	"github.com/labctl/labctl/internal/files"
 )
 
@@ -13,9 +11,5 @@ const MgmtKubeconfigFile = "mgmt.kubeconfig"
 // MgmtKubeconfigPath is where labctl stores the management cluster's
 // kubeconfig for lab: $XDG_CONFIG_HOME/labctl/<lab>/mgmt.kubeconfig.
 func MgmtKubeconfigPath(lab string) (string, error) {
-	dir, err := files.StateDir(lab)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, MgmtKubeconfigFile), nil
+	return files.StatePath(lab, MgmtKubeconfigFile)
 }

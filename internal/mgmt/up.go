@@ -176,11 +176,7 @@ const MgmtHostKeyFile = "mgmt-ssh-host-key"
 
 // MgmtHostKeyPath is $XDG_CONFIG_HOME/labctl/<lab>/mgmt-ssh-host-key.
 func MgmtHostKeyPath(lab string) (string, error) {
-	dir, err := files.StateDir(lab)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, MgmtHostKeyFile), nil
+	return files.StatePath(lab, MgmtHostKeyFile)
 }
 
 // vmSpec renders the management VM: k3s at the pinned version with
