@@ -370,6 +370,23 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 			cond("Ready", "True", "Ready", ""))
 		newMachine(t, mc, "lab1-workers-x2", map[string]string{"cluster.x-k8s.io/deployment-name": "lab1-workers"}, ms, "Provisioning", "",
 			cond("Ready", "False", "NotReady", "* InfrastructureReady: ProxmoxMachine is cloning the template\n* NodeHealthy: Waiting for a Node"))
+		// CAPMOX v0.9.0 (contract v1beta1) made the ProxmoxMachine of x2
+		// from the MachineDeployment's template; its conditions are
+		// v1beta1 conditions, with a severity.
+		tmplName, _, _ := unstructured.NestedString(md.Object, "spec", "template", "spec", "infrastructureRef", "name")
+		tmpl := get(t, mc, "infrastructure.cluster.x-k8s.io/v1alpha2", "ProxmoxMachineTemplate", "lab1", tmplName)
+		pm := &unstructured.Unstructured{}
+		pm.SetAPIVersion("infrastructure.cluster.x-k8s.io/v1alpha2")
+		pm.SetKind("ProxmoxMachine")
+		pm.SetNamespace("lab1")
+		pm.SetName("lab1-workers-x2")
+		pm.Object["spec"], _, _ = unstructured.NestedMap(tmpl.Object, "spec", "template", "spec")
+		if err := mc.Create(ctx, pm); err != nil {
+			t.Fatalf("stand-in ProxmoxMachine: %v", err)
+		}
+		notReady := cond("Ready", "False", "CloningTemplate", "cloning template 100")
+		notReady["severity"] = "Info"
+		setStatus(t, mc, pm, map[string]any{"conditions": []any{notReady}})
 
 		d, err := cluster.Describe(ctx, opts)
 		if err != nil {
@@ -434,7 +451,8 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 			{"│ └─MachineDeployment/lab1-workers", "", "", "", "1/2 ready, desired 3, autoscaled 1-7", ""},
 			{"│   ├─Machine/lab1-workers-x1", "True", "Ready", "60m", "Running, node lab1-workers-x1, v1.35.4", ""},
 			{"│   └─Machine/lab1-workers-x2", "False", "NotReady", "60m", "Provisioning, no node yet, v1.35.4", "* InfrastructureReady: ProxmoxMachine is cloning the template"},
-			{"│", "", "", "", "", "* NodeHealthy: Waiting for a Node"},
+			{"│     │", "", "", "", "", "* NodeHealthy: Waiting for a Node"},
+			{"│     └─MachineInfrastructure - ProxmoxMachine/lab1-workers-x2", "False", "CloningTemplate", "60m", "", "cloning template 100"},
 			{"└─Autoscaler - Deployment/cluster-autoscaler", "True", "MinimumReplicasAvailable", "", "1/1 ready, " + d.Tree.Find("Deployment", "cluster-autoscaler").Details[len("1/1 ready, "):], "Deployment has minimum availability."},
 		}
 		if rows := cluster.DescribeRows(d, now); !reflect.DeepEqual(rows, wantRows) {

@@ -4,17 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/tree"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/kube"
@@ -64,6 +58,8 @@ type Condition struct {
 	Status  string `json:"status"`
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
+
+	since *time.Time // lastTransitionTime
 }
 
 // Find returns the first node, depth first, of kind and name; nil if none.
@@ -82,25 +78,9 @@ func (n *Node) Find(kind, name string) *Node {
 	return nil
 }
 
-// describeClient is a controller-runtime client whose scheme holds what
-// clusterctl's discovery reads as typed objects: the CAPI v1beta2 core types
-// and CRD metadata (for the contract version labels).
-func describeClient(m *kube.Client) (client.Client, error) {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clusterv1.AddToScheme, apiextensionsv1.AddToScheme} {
-		if err := add(s); err != nil {
-			return nil, fmt.Errorf("building the API scheme: %w", err)
-		}
-	}
-	c, err := client.New(m.RESTConfig(), client.Options{Scheme: s})
-	if err != nil {
-		return nil, fmt.Errorf("creating a client for %s: %w", m.Host(), err)
-	}
-	return c, nil
-}
-
-// Describe reads the cluster's object tree from the management cluster with
-// clusterctl's discovery, then adds the autoscaler.
+// Describe reads the cluster's object tree from the management cluster the
+// way clusterctl describe discovers it (discover.go), then adds the
+// autoscaler.
 func Describe(ctx context.Context, o Options) (*Description, error) {
 	m := o.Mgmt
 	ns, name := clusterapi.Namespace(o.Name), o.Name
@@ -119,18 +99,11 @@ func Describe(ctx context.Context, o Options) (*Description, error) {
 	if host := str(cl, "spec", "controlPlaneEndpoint", "host"); host != "" {
 		d.Endpoint = fmt.Sprintf("%s:%d", host, num(cl, "spec", "controlPlaneEndpoint", "port"))
 	}
-
-	c, err := describeClient(m)
-	if err != nil {
-		return nil, err
-	}
-	// Every machine on its own row: a lab has a handful, and a user wants
-	// to see which one is stuck.
-	t, err := tree.Discovery(ctx, c, ns, name, tree.DiscoverOptions{Echo: true})
+	t, err := discover(ctx, m, cl)
 	if err != nil {
 		return nil, fmt.Errorf("discovering the objects of cluster %s/%s: %w", ns, name, err)
 	}
-	d.Tree = walk(t, t.GetRoot())
+	d.Tree = t
 
 	dep, found, err := m.Get(ctx, kube.Ref{GVK: kube.DeploymentGVK, Namespace: ns, Name: clusterapi.AutoscalerName})
 	if err != nil {
@@ -142,98 +115,37 @@ func Describe(ctx context.Context, o Options) (*Description, error) {
 	return d, nil
 }
 
-// walk turns the object tree under obj into Nodes, children ordered as
-// clusterctl prints them.
-func walk(t *tree.ObjectTree, obj client.Object) *Node {
-	n := node(obj)
-	kids := t.GetObjectsByParent(obj.GetUID())
-	sort.SliceStable(kids, func(i, j int) bool {
-		a, b := kids[i], kids[j]
-		if za, zb := tree.GetZOrder(a), tree.GetZOrder(b); za != zb {
-			return za > zb
-		}
-		if ra, rb := roleRank(tree.GetMetaName(a)), roleRank(tree.GetMetaName(b)); ra != rb {
-			return ra < rb
-		}
-		if ka, kb := kind(a), kind(b); ka != kb {
-			return ka < kb
-		}
-		return a.GetName() < b.GetName()
-	})
-	for _, k := range kids {
-		n.Children = append(n.Children, walk(t, k))
-	}
-	return n
-}
-
-func roleRank(role string) int {
-	switch role {
-	case "ClusterInfrastructure", "MachineInfrastructure":
-		return 0
-	case "ControlPlane", "BootstrapConfig":
-		return 1
-	case "":
-		return 2
-	}
-	return 3
-}
-
-func kind(obj client.Object) string {
-	if k := obj.GetObjectKind().GroupVersionKind().Kind; k != "" {
-		return k
-	}
-	switch obj.(type) {
-	case *clusterv1.Cluster:
-		return "Cluster"
-	case *clusterv1.MachineDeployment:
-		return "MachineDeployment"
-	case *clusterv1.MachineSet:
-		return "MachineSet"
-	case *clusterv1.Machine:
-		return "Machine"
-	case *clusterv1.MachinePool:
-		return "MachinePool"
-	}
-	return fmt.Sprintf("%T", obj)
-}
-
-// node reads one object's kind, name, conditions and labctl's details.
-func node(obj client.Object) *Node {
-	n := &Node{Kind: kind(obj), Name: obj.GetName(), Role: tree.GetMetaName(obj)}
-	if tree.IsVirtualObject(obj) {
-		n.Kind, n.Name = obj.GetName(), ""
-	}
-	c, which := tree.GetReadyCondition(obj), "Ready"
+// node reads one object's kind, name, conditions and labctl's details. The
+// Ready condition is the one shown, Available where there is no Ready, as
+// clusterctl's tree.GetReadyCondition/GetAvailableCondition choose.
+func node(obj *unstructured.Unstructured, role string) *Node {
+	n := &Node{Kind: obj.GetKind(), Name: obj.GetName(), Role: role}
+	n.Conditions = conditions(obj)
+	c, which := findCondition(obj, "Ready"), "Ready"
 	if c == nil {
-		c, which = tree.GetAvailableCondition(obj), "Available"
+		c, which = findCondition(obj, "Available"), "Available"
 	}
 	if c != nil {
-		n.Ready, n.Condition, n.Reason, n.Message = string(c.Status), which, c.Reason, c.Message
-		if !c.LastTransitionTime.IsZero() {
-			since := c.LastTransitionTime.UTC()
-			n.Since = &since
-		}
+		n.Ready, n.Condition, n.Reason, n.Message = c.Status, which, c.Reason, c.Message
+		n.Since = c.since
 	}
-	for _, c := range tree.GetConditions(obj) {
-		n.Conditions = append(n.Conditions, Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})
-	}
-	n.Details = details(obj)
+	n.Details = details(obj, role)
 	return n
 }
 
 // details are the few fields a lab user asks for next to the conditions.
-func details(obj client.Object) string {
-	switch o := obj.(type) {
-	case *clusterv1.Cluster:
-		if o.Status.Phase != "" {
-			return o.Status.Phase
+func details(o *unstructured.Unstructured, role string) string {
+	switch {
+	case role == "" && o.GetKind() == "Cluster":
+		if p := str(o, "status", "phase"); p != "" {
+			return p
 		}
 		return "Pending"
-	case *clusterv1.MachineDeployment:
+	case o.GetKind() == "MachineDeployment":
 		var parts []string
-		parts = append(parts, fmt.Sprintf("%d/%d ready", deref(o.Status.ReadyReplicas), deref(o.Status.Replicas)))
-		if o.Spec.Replicas != nil {
-			parts = append(parts, fmt.Sprintf("desired %d", *o.Spec.Replicas))
+		parts = append(parts, fmt.Sprintf("%d/%d ready", num(o, "status", "readyReplicas"), num(o, "status", "replicas")))
+		if r, found, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas"); found && r != nil {
+			parts = append(parts, fmt.Sprintf("desired %d", num(o, "spec", "replicas")))
 		} else {
 			parts = append(parts, "desired unset")
 		}
@@ -243,35 +155,26 @@ func details(obj client.Object) string {
 			parts = append(parts, "fixed")
 		}
 		return strings.Join(parts, ", ")
-	case *clusterv1.Machine:
-		phase := o.Status.Phase
+	case o.GetKind() == "Machine" && role == "":
+		phase := str(o, "status", "phase")
 		if phase == "" {
 			phase = "Pending"
 		}
 		node := "no node yet"
-		if o.Status.NodeRef.IsDefined() {
-			node = "node " + o.Status.NodeRef.Name
+		if n := str(o, "status", "nodeRef", "name"); n != "" {
+			node = "node " + n
 		}
-		return fmt.Sprintf("%s, %s, %s", phase, node, o.Spec.Version)
-	case *unstructured.Unstructured:
-		if tree.GetObjectContract(o) == "ControlPlane" {
-			init, _, _ := unstructured.NestedBool(o.Object, "status", "initialization", "controlPlaneInitialized")
-			s := fmt.Sprintf("%d/%d ready, %d up to date, %s", num(o, "status", "readyReplicas"), num(o, "spec", "replicas"),
-				num(o, "status", "upToDateReplicas"), str(o, "spec", "version"))
-			if !init {
-				s += ", not initialized"
-			}
-			return s
+		return fmt.Sprintf("%s, %s, %s", phase, node, str(o, "spec", "version"))
+	case role == "ControlPlane":
+		init, _, _ := unstructured.NestedBool(o.Object, "status", "initialization", "controlPlaneInitialized")
+		s := fmt.Sprintf("%d/%d ready, %d up to date, %s", num(o, "status", "readyReplicas"), num(o, "spec", "replicas"),
+			num(o, "status", "upToDateReplicas"), str(o, "spec", "version"))
+		if !init {
+			s += ", not initialized"
 		}
+		return s
 	}
 	return ""
-}
-
-func deref(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }
 
 // autoscalerNode is labctl's cluster-autoscaler Deployment as a tree node.
@@ -286,20 +189,8 @@ func autoscalerNode(dep *unstructured.Unstructured) *Node {
 	n.Details = fmt.Sprintf("%d/%d ready, %s", num(dep, "status", "readyReplicas"), num(dep, "status", "replicas"), image)
 	n.Conditions = conditions(dep)
 	n.Ready = "Unknown"
-	for _, c := range n.Conditions {
-		if c.Type == "Available" {
-			n.Ready, n.Condition, n.Reason, n.Message = c.Status, c.Type, c.Reason, c.Message
-		}
-	}
-	raw, _, _ := unstructured.NestedSlice(dep.Object, "status", "conditions")
-	for _, r := range raw {
-		if m, ok := r.(map[string]any); ok && m["type"] == "Available" {
-			if s, _ := m["lastTransitionTime"].(string); s != "" {
-				if t, err := time.Parse(time.RFC3339, s); err == nil {
-					n.Since = &t
-				}
-			}
-		}
+	if c := findCondition(dep, "Available"); c != nil {
+		n.Ready, n.Condition, n.Reason, n.Message, n.Since = c.Status, c.Type, c.Reason, c.Message, c.since
 	}
 	return n
 }
@@ -363,8 +254,15 @@ func DescribeText(s *ui.IO, w io.Writer, d *Description) error {
 	return s.Table(w, DescribeHeaders, DescribeRows(d, time.Now()))
 }
 
+// conditions reads an object's status conditions where Cluster API's
+// util/conditions.UnstructuredGetAll looks for them: status.v1beta2.conditions
+// (a v1beta1-contract provider's new conditions) first, then
+// status.conditions.
 func conditions(o *unstructured.Unstructured) []Condition {
-	raw, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+	raw, found, _ := unstructured.NestedSlice(o.Object, "status", "v1beta2", "conditions")
+	if !found {
+		raw, _, _ = unstructured.NestedSlice(o.Object, "status", "conditions")
+	}
 	var out []Condition
 	for _, r := range raw {
 		m, ok := r.(map[string]any)
@@ -376,9 +274,25 @@ func conditions(o *unstructured.Unstructured) []Condition {
 		c.Status, _ = m["status"].(string)
 		c.Reason, _ = m["reason"].(string)
 		c.Message, _ = m["message"].(string)
+		if s, _ := m["lastTransitionTime"].(string); s != "" {
+			if t, err := time.Parse(time.RFC3339, s); err == nil {
+				t = t.UTC()
+				c.since = &t
+			}
+		}
 		out = append(out, c)
 	}
 	return out
+}
+
+// findCondition returns the condition of type t; nil if the object has none.
+func findCondition(o *unstructured.Unstructured, t string) *Condition {
+	for _, c := range conditions(o) {
+		if c.Type == t {
+			return &c
+		}
+	}
+	return nil
 }
 
 func str(o *unstructured.Unstructured, path ...string) string {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/labctl/labctl/internal/redact"
@@ -991,11 +992,15 @@ func (v *validator) ipRange(p *field.Path, s string) (ipRange, bool) {
 	return ipRange{a, b}, true
 }
 
-var (
-	labelKeyRe   = regexp.MustCompile(`^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
-	labelValueRe = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
-	taintEffects = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
-)
+var taintEffects = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
+
+// labelOK checks a label (or taint) key and value with Kubernetes' own
+// rules, the ones the API server applies to a Node. (A hand-written regexp
+// for the key, with its {0,251} repeat, cost every labctl start 2 ms to
+// compile.)
+func labelOK(key, value string) bool {
+	return len(validation.IsQualifiedName(key)) == 0 && len(validation.IsValidLabelValue(value)) == 0
+}
 
 // workerLabels checks workers.labels (key=value) and workers.taints
 // (key[=value]:Effect), which kubelet registers and the autoscaler's
@@ -1003,7 +1008,7 @@ var (
 func (v *validator) workerLabels(p *field.Path, w Workers) {
 	for i, l := range w.Labels {
 		k, val, ok := strings.Cut(l, "=")
-		if !ok || !labelKeyRe.MatchString(k) || !labelValueRe.MatchString(val) {
+		if !ok || !labelOK(k, val) {
 			v.add(p.Child("labels").Index(i), "%q is not a node label key=value, e.g. labctl.dev/pool=workers", l)
 		} else if strings.Contains(k, "kubernetes.io/") && !strings.HasPrefix(k, "node.kubernetes.io/") {
 			v.add(p.Child("labels").Index(i), "%q: kubelet may not set labels under kubernetes.io except node.kubernetes.io/; use your own prefix", l)
@@ -1012,7 +1017,7 @@ func (v *validator) workerLabels(p *field.Path, w Workers) {
 	for i, t := range w.Taints {
 		kv, effect, ok := strings.Cut(t, ":")
 		k, val, _ := strings.Cut(kv, "=")
-		if !ok || !labelKeyRe.MatchString(k) || !labelValueRe.MatchString(val) || !oneOf(effect, taintEffects) {
+		if !ok || !labelOK(k, val) || !oneOf(effect, taintEffects) {
 			v.add(p.Child("taints").Index(i), "%q is not a taint key[=value]:Effect with Effect one of %s, e.g. dedicated=batch:NoSchedule", t, strings.Join(taintEffects, ", "))
 		}
 	}

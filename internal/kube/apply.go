@@ -127,6 +127,24 @@ func (c *Client) resource(gvk schema.GroupVersionKind, namespace string) (dynami
 	return dc.Resource(m.Resource).Namespace(namespace), true, nil
 }
 
+// Plural is the resource name of kind gk in the server's discovery (the
+// plural of its CRD's <plural>.<group> name); ok is false when the server
+// does not serve the kind.
+func (c *Client) Plural(gk schema.GroupKind) (plural string, ok bool, err error) {
+	_, mapper, err := c.dyn()
+	if err != nil {
+		return "", false, err
+	}
+	m, err := mapper.RESTMapping(gk)
+	if meta.IsNoMatchError(err) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("looking up %s on %s: %w", gk, c.config.Host, err)
+	}
+	return m.Resource.Resource, true, nil
+}
+
 // Serves reports whether the server serves kind gvk. For a custom kind
 // that means its CRD is Established: discovery lists it only then.
 func (c *Client) Serves(gvk schema.GroupVersionKind) (bool, error) {
