@@ -49,16 +49,14 @@ timeline stopped. The workload is always removed, also on Ctrl-C.`,
 			if _, err := cluster.Render(lab, name); err != nil {
 				return err
 			}
-			var cpus int
-			for _, c := range lab.Clusters {
-				if c.Name == name {
-					cpus = c.Workers.Size.CPUs
-				}
+			c, err := lab.Cluster(name)
+			if err != nil {
+				return err
 			}
 			so := scaletest.Options{
 				IO: g.IO, Cluster: name, Config: lab.ScaleTest, Scenario: scenario, Chart: chart,
-				MgmtNamespace: clusterapi.Namespace(name), MachineDeployment: name + "-" + clusterapi.WorkerPool,
-				PodsPerWorker: scaletest.PodsPerWorker(cpus, lab.ScaleTest.Workload),
+				MgmtNamespace: clusterapi.Namespace(name), MachineDeployment: clusterapi.MachineDeploymentName(name),
+				PodsPerWorker: scaletest.PodsPerWorker(c.Workers.Size.CPUs, lab.ScaleTest.Workload),
 			}
 			if change.DryRun {
 				lines, err := scaletest.Plan(so)

@@ -66,7 +66,7 @@ func renderPerComponent(b *testing.B, labPath string) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cs, err := components.Build(lab, versions.MustGet(), components.Options{ReadSecret: config.ReadSecret})
+	cs, err := components.Build(lab, versions.MustGet(), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -313,7 +313,7 @@ func TestMgmtInstallBadInput(t *testing.T) {
 		{"missing kubeconfig", nil, []string{"mgmt", "install", "-c", "examples/lab.yaml", "--kubeconfig", "/nonexistent/kc"},
 			"loading kubeconfig /nonexistent/kc: file does not exist"},
 		{"token secret not exported", []string{"PVE_TOKEN_SECRET="}, []string{"mgmt", "install", "-c", "examples/lab.yaml", "--kubeconfig", "/nonexistent/kc"},
-			"reading the token secret of Proxmox hypervisor pve: env PVE_TOKEN_SECRET is empty"},
+			"hypervisors[pve].proxmox.tokenSecret.env: PVE_TOKEN_SECRET is set but empty: export PVE_TOKEN_SECRET=<the secret of token "},
 		{"objects without dry run", nil, []string{"mgmt", "install", "-c", "examples/lab.yaml", "--kubeconfig", "/nonexistent/kc", "-o", "yaml"},
 			"-o yaml prints the objects of a dry run; add --dry-run"},
 		{"offline folder missing", nil, []string{"mgmt", "install", "-c", "examples/lab.yaml", "--offline-dir", "/nonexistent/offline"},

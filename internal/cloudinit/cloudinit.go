@@ -18,6 +18,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/labctl/labctl/internal/sshkey"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -210,8 +211,8 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("no SSH public key: nobody could log in to the VM"))
 	}
 	for i, k := range c.SSHKeys {
-		if strings.ContainsAny(k, "\r\n") || len(strings.Fields(k)) < 2 {
-			errs = append(errs, fmt.Errorf("SSH key %d is not one line of the form 'ssh-ed25519 AAAA... comment'", i+1))
+		if err := sshkey.CheckPublic(k); err != nil {
+			errs = append(errs, fmt.Errorf("SSH key %d %w", i+1, err))
 		}
 	}
 	if k := c.HostKey; k != nil {

@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/labctl/labctl/internal/kube"
-
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/helm"
+	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -42,7 +42,7 @@ func NewCilium(lab *config.Lab, c *config.Cluster) (*Cilium, error) {
 		ch.Repo = st.ChartRepos.Cilium
 	}
 	if st.OfflineDir != "" {
-		dir, err := config.ExpandHome(st.OfflineDir)
+		dir, err := files.ExpandHome(st.OfflineDir)
 		if err != nil {
 			return nil, err
 		}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,19 +17,15 @@ import (
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/sshkey"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
 )
 
-// Kinds the commands read.
-var (
-	ClusterGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}
-	MDGVK      = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineDeployment"}
-	MachineGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Machine"}
-	secretGVK  = schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
-)
+var secretGVK = schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
 
 // DefaultTimeout bounds each wait of create and delete.
 const DefaultTimeout = 30 * time.Minute
@@ -90,34 +85,9 @@ func until(ctx context.Context, mgmt *kube.Client, gvk schema.GroupVersionKind, 
 	return mgmt.Until(withProgress(ctx), w, what, condition, timeout, done)
 }
 
-// SSHKeys reads the owner's public keys from management.sshPublicKeys and
-// management.sshPublicKeyFile (~ is the home folder).
-func SSHKeys(lab *config.Lab) ([]string, error) {
-	keys := append([]string{}, lab.Management.SSHPublicKeys...)
-	if f := lab.Management.SSHPublicKeyFile; f != "" {
-		path, err := config.ExpandHome(f)
-		if err != nil {
-			return nil, fmt.Errorf("reading management.sshPublicKeyFile: %w", err)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("reading management.sshPublicKeyFile: %w; the nodes need the owner's public key (or set management.sshPublicKeys)", err)
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-				if strings.Contains(line, "PRIVATE KEY") {
-					return nil, fmt.Errorf("management.sshPublicKeyFile %s holds a private key; name the .pub file", f)
-				}
-				keys = append(keys, line)
-			}
-		}
-	}
-	return keys, nil
-}
-
 // Render renders the named cluster of the lab.
 func Render(lab *config.Lab, name string) (*clusterapi.Rendered, error) {
-	keys, err := SSHKeys(lab)
+	keys, err := sshkey.Authorized(lab.Management.SSHPublicKeys, lab.Management.SSHPublicKeyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +102,7 @@ func Render(lab *config.Lab, name string) (*clusterapi.Rendered, error) {
 func (o *Options) KubeconfigPath() (string, error) {
 	dir := o.KubeconfigDir
 	if dir == "" {
-		d, err := kube.StateDir(o.Lab.Metadata.Name)
+		d, err := files.StateDir(o.Lab.Metadata.Name)
 		if err != nil {
 			return "", err
 		}
@@ -149,7 +119,10 @@ func Create(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	cl := clusterOf(o.Lab, o.Name)
+	cl, err := o.Lab.Cluster(o.Name)
+	if err != nil {
+		return err
+	}
 	cilium, err := NewCilium(o.Lab, cl)
 	if err != nil {
 		return err
@@ -179,13 +152,13 @@ func Create(ctx context.Context, o Options) error {
 		{
 			Name: "wait for infrastructure provisioned",
 			Apply: func(ctx context.Context) error {
-				return until(ctx, m, ClusterGVK, ns, name, "", "Cluster "+ns+"/"+name, "infrastructure provisioned", o.timeout(), clusterFlag("infrastructureProvisioned"))
+				return until(ctx, m, clusterapi.ClusterGVK, ns, name, "", "Cluster "+ns+"/"+name, "infrastructure provisioned", o.timeout(), clusterFlag("infrastructureProvisioned"))
 			},
 		},
 		{
 			Name: "wait for control plane initialized",
 			Apply: func(ctx context.Context) error {
-				return until(ctx, m, ClusterGVK, ns, name, "", "Cluster "+ns+"/"+name, "control plane initialized", o.timeout(), clusterFlag("controlPlaneInitialized"))
+				return until(ctx, m, clusterapi.ClusterGVK, ns, name, "", "Cluster "+ns+"/"+name, "control plane initialized", o.timeout(), clusterFlag("controlPlaneInitialized"))
 			},
 		},
 		{
@@ -215,7 +188,7 @@ func Create(ctx context.Context, o Options) error {
 				}
 				return []string{"write " + path + " (mode 0600)"}, nil
 			},
-			Apply: func(ctx context.Context) error { return kube.WritePrivate(path, kubeconfig) },
+			Apply: func(ctx context.Context) error { return files.WritePrivate(path, kubeconfig) },
 		},
 		{
 			Name: "install Cilium " + cilium.Release.Chart.Version,
@@ -276,15 +249,6 @@ func dryKubeconfigPlan(m *kube.Client, ns, name, path string, kubeconfig *[]byte
 		}
 		return []string{"write " + path + " (mode 0600)"}, nil
 	}
-}
-
-func clusterOf(lab *config.Lab, name string) *config.Cluster {
-	for i := range lab.Clusters {
-		if lab.Clusters[i].Name == name {
-			return &lab.Clusters[i]
-		}
-	}
-	return nil
 }
 
 // clusterFlag waits for a v1beta2 Cluster status.initialization flag.

@@ -69,7 +69,7 @@ func standInCAPI(ctx context.Context, t *testing.T, c client.Client, ns, name st
 			case <-tick.C:
 			}
 			cl := &unstructured.Unstructured{}
-			cl.SetGroupVersionKind(cluster.ClusterGVK)
+			cl.SetGroupVersionKind(clusterapi.ClusterGVK)
 			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cl); err != nil {
 				continue
 			}
@@ -510,7 +510,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		// Cluster is being deleted.
 		for _, n := range []string{"lab1-workers-a", "lab1-workers-b"} {
 			m := &unstructured.Unstructured{}
-			m.SetGroupVersionKind(cluster.MachineGVK)
+			m.SetGroupVersionKind(clusterapi.MachineGVK)
 			m.SetNamespace("lab1")
 			m.SetName(n)
 			m.SetLabels(map[string]string{clusterapi.ClusterNameLabel: "lab1"})
@@ -524,11 +524,11 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		go func() {
 			for ctx.Err() == nil {
 				cl := &unstructured.Unstructured{}
-				cl.SetGroupVersionKind(cluster.ClusterGVK)
+				cl.SetGroupVersionKind(clusterapi.ClusterGVK)
 				if err := mc.Get(ctx, client.ObjectKey{Namespace: "lab1", Name: "lab1"}, cl); err != nil {
 					time.Sleep(300 * time.Millisecond) // let labctl see the machines first
 					m := &unstructured.Unstructured{}
-					m.SetGroupVersionKind(cluster.MachineGVK)
+					m.SetGroupVersionKind(clusterapi.MachineGVK)
 					_ = mc.DeleteAllOf(ctx, m, client.InNamespace("lab1"))
 					return
 				}
@@ -624,7 +624,7 @@ func setStatus(t *testing.T, c client.Client, obj *unstructured.Unstructured, st
 func newMachine(t *testing.T, c client.Client, name string, labels map[string]string, owner *unstructured.Unstructured, phase, node string, conds ...any) {
 	t.Helper()
 	m := &unstructured.Unstructured{}
-	m.SetGroupVersionKind(cluster.MachineGVK)
+	m.SetGroupVersionKind(clusterapi.MachineGVK)
 	m.SetNamespace("lab1")
 	m.SetName(name)
 	labels[clusterapi.ClusterNameLabel] = "lab1"
@@ -710,5 +710,23 @@ func TestCreateChecksPrerequisitesBeforeWriting(t *testing.T) {
 				t.Errorf("create left Namespace lab1 behind")
 			}
 		})
+	}
+}
+
+// One reader of the public keys: 'cluster create' used to put any line of
+// sshPublicKeyFile on the nodes, a mistyped path's content included.
+func TestRenderRefusesALineThatIsNoPublicKey(t *testing.T) {
+	lab, _, err := config.Load(context.Background(), config.Request{Path: "../../examples/lab.yaml", Explicit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "id.pub")
+	if err := os.WriteFile(f, []byte("# mine\n"+ownerKey+"\nnot a key\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lab.Management.SSHPublicKeys, lab.Management.SSHPublicKeyFile = nil, f
+	_, err = cluster.Render(lab, "lab1")
+	if err == nil || !strings.Contains(err.Error(), "management.sshPublicKeyFile: "+f+" line 3 is not an SSH public key") {
+		t.Fatalf("Render = %v; want line 3 refused, naming the field and file", err)
 	}
 }

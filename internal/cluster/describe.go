@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/labctl/labctl/internal/clusterapi"
@@ -16,8 +15,8 @@ import (
 	"github.com/labctl/labctl/internal/ui"
 )
 
-// KCPGVK is the kubeadm control plane kind.
-var KCPGVK = schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmControlPlane"}
+// KCPGVK and ClusterGVK are clusterapi's, where the kinds are spelled once.
+var KCPGVK, ClusterGVK = clusterapi.KubeadmControlPlaneGVK, clusterapi.ClusterGVK
 
 // Description is what 'cluster describe' shows: clusterctl's object tree of
 // the Cluster (infrastructure, control plane, workers, machines, each with

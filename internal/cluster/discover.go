@@ -35,8 +35,6 @@ const contractLabelPrefix = "cluster.x-k8s.io/"
 // newest first, as contract.GetCompatibleVersions("v1beta2") gives them.
 var contracts = []string{"v1beta2", "v1beta1"}
 
-var machineSetGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineSet"}
-
 type discovery struct {
 	m  *kube.Client
 	ns string
@@ -54,7 +52,7 @@ func discover(ctx context.Context, m *kube.Client, cl *unstructured.Unstructured
 	}
 
 	sel := clusterapi.ClusterNameLabel + "=" + cl.GetName()
-	machines, err := m.List(ctx, MachineGVK, d.ns, sel)
+	machines, err := m.List(ctx, clusterapi.MachineGVK, d.ns, sel)
 	if err != nil {
 		return nil, err
 	}
@@ -84,11 +82,11 @@ func discover(ctx context.Context, m *kube.Client, cl *unstructured.Unstructured
 		root.Children = append(root.Children, n)
 	}
 
-	mds, err := m.List(ctx, MDGVK, d.ns, sel)
+	mds, err := m.List(ctx, clusterapi.MachineDeploymentGVK, d.ns, sel)
 	if err != nil {
 		return nil, err
 	}
-	sets, err := m.List(ctx, machineSetGVK, d.ns, sel)
+	sets, err := m.List(ctx, clusterapi.MachineSetGVK, d.ns, sel)
 	if err != nil {
 		return nil, err
 	}

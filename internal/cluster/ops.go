@@ -17,6 +17,7 @@ import (
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
@@ -35,8 +36,8 @@ type ScaleOptions struct {
 func Scale(ctx context.Context, o ScaleOptions) error {
 	m := o.Mgmt
 	ns, name := clusterapi.Namespace(o.Name), o.Name
-	mdName := name + "-" + clusterapi.WorkerPool
-	md, found, err := m.Get(ctx, kube.Ref{GVK: MDGVK, Namespace: ns, Name: mdName})
+	mdName := clusterapi.MachineDeploymentName(name)
+	md, found, err := m.Get(ctx, kube.Ref{GVK: clusterapi.MachineDeploymentGVK, Namespace: ns, Name: mdName})
 	if err != nil {
 		return err
 	}
@@ -48,7 +49,7 @@ func Scale(ctx context.Context, o ScaleOptions) error {
 	curMax, hasMax := ann[clusterapi.AnnotationMaxSize]
 	autoscaled := hasMin && hasMax
 	patch := &unstructured.Unstructured{}
-	patch.SetGroupVersionKind(MDGVK)
+	patch.SetGroupVersionKind(clusterapi.MachineDeploymentGVK)
 	patch.SetNamespace(ns)
 	patch.SetName(mdName)
 	var change string
@@ -123,7 +124,7 @@ type DeleteOptions struct {
 func Delete(ctx context.Context, o DeleteOptions) error {
 	m := o.Mgmt
 	ns, name := clusterapi.Namespace(o.Name), o.Name
-	clRef := kube.Ref{GVK: ClusterGVK, Namespace: ns, Name: name}
+	clRef := kube.Ref{GVK: clusterapi.ClusterGVK, Namespace: ns, Name: name}
 	depRef := kube.Ref{GVK: kube.DeploymentGVK, Namespace: ns, Name: clusterapi.AutoscalerName}
 	_, found, err := m.Get(ctx, clRef)
 	if err != nil {
@@ -178,7 +179,7 @@ func Delete(ctx context.Context, o DeleteOptions) error {
 		{
 			Name: "wait for the machines to go",
 			Apply: func(ctx context.Context) error {
-				return until(ctx, m, MachineGVK, ns, "", clusterapi.ClusterNameLabel+"="+name, "the Machines of cluster "+name, "deleted", o.timeout(),
+				return until(ctx, m, clusterapi.MachineGVK, ns, "", clusterapi.ClusterNameLabel+"="+name, "the Machines of cluster "+name, "deleted", o.timeout(),
 					func(objs map[string]*unstructured.Unstructured) (bool, string) {
 						return len(objs) == 0, fmt.Sprintf("%d machine(s) left", len(objs))
 					})
@@ -187,7 +188,7 @@ func Delete(ctx context.Context, o DeleteOptions) error {
 		{
 			Name: "wait for the Cluster to go",
 			Apply: func(ctx context.Context) error {
-				return until(ctx, m, ClusterGVK, ns, name, "", clRef.String(), "deleted", o.timeout(),
+				return until(ctx, m, clusterapi.ClusterGVK, ns, name, "", clRef.String(), "deleted", o.timeout(),
 					func(objs map[string]*unstructured.Unstructured) (bool, string) {
 						return len(objs) == 0, "still there"
 					})
@@ -211,18 +212,18 @@ type Summary struct {
 
 // List reads every Cluster in the management cluster.
 func List(ctx context.Context, o Options) ([]Summary, error) {
-	served, err := o.Mgmt.Serves(ClusterGVK)
+	served, err := o.Mgmt.Serves(clusterapi.ClusterGVK)
 	if err != nil {
 		return nil, err
 	}
 	if !served {
-		return nil, fmt.Errorf("%s serves no Cluster API Clusters (%s); run labctl mgmt install first", o.Mgmt.Host(), ClusterGVK.GroupVersion())
+		return nil, fmt.Errorf("%s serves no Cluster API Clusters (%s); run labctl mgmt install first", o.Mgmt.Host(), clusterapi.ClusterGVK.GroupVersion())
 	}
-	cls, err := o.Mgmt.List(ctx, ClusterGVK, "", "")
+	cls, err := o.Mgmt.List(ctx, clusterapi.ClusterGVK, "", "")
 	if err != nil {
 		return nil, err
 	}
-	mds, err := o.Mgmt.List(ctx, MDGVK, "", "")
+	mds, err := o.Mgmt.List(ctx, clusterapi.MachineDeploymentGVK, "", "")
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +285,7 @@ func Kubeconfig(ctx context.Context, o Options) ([]byte, error) {
 }
 
 // WriteKubeconfig writes data to path with mode 0600.
-func WriteKubeconfig(path string, data []byte) error { return kube.WritePrivate(path, data) }
+func WriteKubeconfig(path string, data []byte) error { return files.WritePrivate(path, data) }
 
 // PrintObjects prints the objects create would apply, as yaml or json,
 // without a management cluster.

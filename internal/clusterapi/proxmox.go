@@ -1,13 +1,12 @@
 package clusterapi
 
+import "k8s.io/apimachinery/pkg/runtime/schema"
+
 // CAPMOX is not served as a Go module, so these are the few fields of its
 // v1alpha2 API (the storage version of CAPMOX v0.9) that labctl writes,
 // with the CRD's JSON names. The real CRD validates them in the tests.
 
-const (
-	infraGroup   = "infrastructure.cluster.x-k8s.io"
-	infraVersion = infraGroup + "/v1alpha2"
-)
+var infraGV = schema.GroupVersion{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha2"}
 
 type proxmoxCluster struct {
 	APIVersion string             `json:"apiVersion"`

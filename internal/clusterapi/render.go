@@ -40,7 +40,6 @@ const (
 	AnnotationLabels   = capacityPrefix + "labels"
 	AnnotationTaints   = capacityPrefix + "taints"
 	LabelManagedBy     = "app.kubernetes.io/managed-by"
-	ClusterNameLabel   = "cluster.x-k8s.io/cluster-name"
 	LabelLab           = "labctl.dev/lab"
 	LabelPool          = "labctl.dev/pool"
 	ManagedBy          = "labctl"
@@ -91,7 +90,6 @@ func (r *Rendered) Find(kind, name string) *unstructured.Unstructured {
 // names carry the size and a hash of their spec: any change makes a new
 // template that the MachineDeployment or control plane then rolls to.
 func controlPlaneName(cluster string) string { return cluster + "-control-plane" }
-func deploymentName(cluster string) string   { return cluster + "-" + WorkerPool }
 
 // KubeconfigSecret is the secret CAPI writes with the cluster's admin kubeconfig.
 func KubeconfigSecret(cluster string) string { return cluster + "-kubeconfig" }
@@ -102,26 +100,12 @@ func Namespace(cluster string) string { return cluster }
 // Render builds the objects of one cluster of the lab. The lab must be
 // defaulted and valid (config.Load does both).
 func Render(in Input) (*Rendered, error) {
-	c, err := findCluster(in.Lab, in.Cluster)
+	c, err := in.Lab.Cluster(in.Cluster)
 	if err != nil {
 		return nil, err
 	}
 	r := &renderer{in: in, c: c, ns: Namespace(c.Name)}
 	return r.render()
-}
-
-func findCluster(lab *config.Lab, name string) (*config.Cluster, error) {
-	var names []string
-	for i := range lab.Clusters {
-		if lab.Clusters[i].Name == name {
-			return &lab.Clusters[i], nil
-		}
-		names = append(names, lab.Clusters[i].Name)
-	}
-	if len(names) == 0 {
-		return nil, fmt.Errorf("cluster %q: the lab config defines no clusters; add one under clusters", name)
-	}
-	return nil, fmt.Errorf("cluster %q is not in the lab config; it has: %s", name, strings.Join(names, ", "))
 }
 
 type renderer struct {
@@ -134,18 +118,15 @@ type renderer struct {
 
 func (r *renderer) render() (*Rendered, error) {
 	c := r.c
-	for i := range r.in.Lab.Hypervisors {
-		if h := &r.in.Lab.Hypervisors[i]; h.Name == c.Hypervisor {
-			// Validation refuses this already; the rule is config's.
-			if why := config.ClustersOn(h); why != "" {
-				return nil, fmt.Errorf("cluster %s: %s", c.Name, why)
-			}
-			r.px = h.Proxmox
-		}
+	h, err := r.in.Lab.Hypervisor(c.Hypervisor)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
 	}
-	if r.px == nil {
-		return nil, fmt.Errorf("cluster %s: lab.yaml has no hypervisor named %q", c.Name, c.Hypervisor)
+	// Validation refuses this already; the rule is config's.
+	if why := config.ClustersOn(h); why != "" {
+		return nil, fmt.Errorf("cluster %s: %s", c.Name, why)
 	}
+	r.px = h.Proxmox
 	if len(r.in.SSHKeys) == 0 {
 		return nil, fmt.Errorf("cluster %s: no SSH public key to put on the nodes; set management.sshPublicKeys or management.sshPublicKeyFile", c.Name)
 	}
@@ -235,7 +216,7 @@ func (r *renderer) meta(name string) metav1.ObjectMeta {
 func (r *renderer) cluster() *clusterv1.Cluster {
 	c := r.c
 	return &clusterv1.Cluster{
-		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Cluster"},
+		TypeMeta:   typeMeta(ClusterGVK),
 		ObjectMeta: r.meta(c.Name),
 		Spec: clusterv1.ClusterSpec{
 			ClusterNetwork: clusterv1.ClusterNetwork{
@@ -243,10 +224,10 @@ func (r *renderer) cluster() *clusterv1.Cluster {
 				Services: clusterv1.NetworkRanges{CIDRBlocks: []string{c.ServiceCIDR}},
 			},
 			ControlPlaneRef: clusterv1.ContractVersionedObjectReference{
-				APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: controlPlaneName(c.Name),
+				APIGroup: KubeadmControlPlaneGVK.Group, Kind: KubeadmControlPlaneGVK.Kind, Name: controlPlaneName(c.Name),
 			},
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-				APIGroup: infraGroup, Kind: "ProxmoxCluster", Name: c.Name,
+				APIGroup: ProxmoxClusterGVK.Group, Kind: ProxmoxClusterGVK.Kind, Name: c.Name,
 			},
 		},
 	}
@@ -256,7 +237,7 @@ func (r *renderer) proxmoxCluster() *proxmoxCluster {
 	c, n := r.c, r.in.Lab.Network
 	pfx := netip.MustParsePrefix(n.CIDR) // validated by config
 	return &proxmoxCluster{
-		APIVersion: infraVersion, Kind: "ProxmoxCluster",
+		APIVersion: ProxmoxClusterGVK.GroupVersion().String(), Kind: ProxmoxClusterGVK.Kind,
 		Metadata: objectMeta{Name: c.Name, Namespace: r.ns, Labels: r.labels()},
 		Spec: proxmoxClusterSpec{
 			ControlPlaneEndpoint: apiEndpoint{Host: c.ControlPlane.Endpoint, Port: APIServerPort},
@@ -305,15 +286,6 @@ func (r *renderer) node() (config.PVENode, error) {
 	return *first, nil
 }
 
-func (r *renderer) image() *config.Image {
-	for i := range r.in.Lab.Images {
-		if r.in.Lab.Images[i].Name == r.c.Template.Image {
-			return &r.in.Lab.Images[i]
-		}
-	}
-	return nil
-}
-
 // machineTemplate renders a ProxmoxMachineTemplate named
 // <cluster>-<role>-<memory>-<hash>, e.g. lab1-worker-2g-1a2b3c4d.
 func (r *renderer) machineTemplate(role string, size config.Size) (*proxmoxMachineTemplate, error) {
@@ -349,8 +321,8 @@ func (r *renderer) machineTemplate(role string, size config.Size) (*proxmoxMachi
 		spec.SourceNode = t.SourceNode
 		spec.TemplateID = ptr.To(int32(t.TemplateID))
 	default:
-		img := r.image()
-		if img == nil {
+		img, err := r.in.Lab.Image(t.Image)
+		if err != nil {
 			return nil, fmt.Errorf("cluster %s: template.image %q is not under images; add it or set template.templateID with template.sourceNode", r.c.Name, t.Image)
 		}
 		spec.TemplateSelector = &templateSelector{MatchTags: img.TemplateTags()}
@@ -359,7 +331,7 @@ func (r *renderer) machineTemplate(role string, size config.Size) (*proxmoxMachi
 	if err != nil {
 		return nil, err
 	}
-	t := &proxmoxMachineTemplate{APIVersion: infraVersion, Kind: "ProxmoxMachineTemplate",
+	t := &proxmoxMachineTemplate{APIVersion: ProxmoxMachineTemplateGVK.GroupVersion().String(), Kind: ProxmoxMachineTemplateGVK.Kind,
 		Metadata: objectMeta{Name: name, Namespace: r.ns, Labels: r.labels()}}
 	t.Spec.Template.Spec = spec
 	return t, nil
@@ -405,14 +377,14 @@ func (r *renderer) controlPlane(template string) *controlplanev1.KubeadmControlP
 	c := r.c
 	reg := bootstrapv1.NodeRegistrationOptions{KubeletExtraArgs: []bootstrapv1.Arg{providerID()}}
 	return &controlplanev1.KubeadmControlPlane{
-		TypeMeta:   metav1.TypeMeta{APIVersion: controlplanev1.GroupVersion.String(), Kind: "KubeadmControlPlane"},
+		TypeMeta:   typeMeta(KubeadmControlPlaneGVK),
 		ObjectMeta: r.meta(controlPlaneName(c.Name)),
 		Spec: controlplanev1.KubeadmControlPlaneSpec{
 			Replicas: ptr.To(int32(c.ControlPlane.Replicas)),
 			Version:  c.KubernetesVersion,
 			MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{
 				Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
-					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "ProxmoxMachineTemplate", Name: template},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: ProxmoxMachineTemplateGVK.Group, Kind: ProxmoxMachineTemplateGVK.Kind, Name: template},
 				},
 			},
 			KubeadmConfigSpec: bootstrapv1.KubeadmConfigSpec{
@@ -445,7 +417,7 @@ func (r *renderer) kubeadmConfigTemplate() *bootstrapv1.KubeadmConfigTemplate {
 		reg.Taints = &taints
 	}
 	return &bootstrapv1.KubeadmConfigTemplate{
-		TypeMeta:   metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfigTemplate"},
+		TypeMeta:   typeMeta(KubeadmConfigTemplateGVK),
 		ObjectMeta: r.meta(""), // named by hash
 		Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{
 			Spec: bootstrapv1.KubeadmConfigSpec{
@@ -471,10 +443,10 @@ func parseTaint(s string) corev1.Taint {
 
 func (r *renderer) machineDeployment(template, bootstrap string) (*clusterv1.MachineDeployment, error) {
 	c, w := r.c, r.c.Workers
-	name := deploymentName(c.Name)
+	name := MachineDeploymentName(c.Name)
 	sel := map[string]string{clusterv1.ClusterNameLabel: c.Name, clusterv1.MachineDeploymentNameLabel: name}
 	md := &clusterv1.MachineDeployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineDeployment"},
+		TypeMeta:   typeMeta(MachineDeploymentGVK),
 		ObjectMeta: r.meta(name),
 		Spec: clusterv1.MachineDeploymentSpec{
 			ClusterName: c.Name,
@@ -491,9 +463,9 @@ func (r *renderer) machineDeployment(template, bootstrap string) (*clusterv1.Mac
 					ClusterName: c.Name,
 					Version:     c.KubernetesVersion,
 					Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
-						APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfigTemplate", Name: bootstrap,
+						APIGroup: KubeadmConfigTemplateGVK.Group, Kind: KubeadmConfigTemplateGVK.Kind, Name: bootstrap,
 					}},
-					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "ProxmoxMachineTemplate", Name: template},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: ProxmoxMachineTemplateGVK.Group, Kind: ProxmoxMachineTemplateGVK.Kind, Name: template},
 				},
 			},
 		},

@@ -20,6 +20,7 @@ import (
 
 	"github.com/labctl/labctl/embedded"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/helm"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/versions"
@@ -95,10 +96,11 @@ type Options struct {
 	// IgnoreOffline builds the online stack even where an offline folder
 	// is configured: for reading the stack back, which needs no files.
 	IgnoreOffline bool
-	// ReadSecret reads a secret the lab names. Nil leaves out the objects
+	// ReadSecret reads a Proxmox hypervisor's token secret
+	// ((*config.Hypervisor).ReadTokenSecret). Nil leaves out the objects
 	// that need one (for status and emitted manifests, which need no
 	// secret).
-	ReadSecret func(ref config.SecretRef, what string) (string, error)
+	ReadSecret func(h *config.Hypervisor) (string, error)
 }
 
 // Namespaces and names the stack uses.
@@ -133,7 +135,7 @@ func Build(lab *config.Lab, pins versions.Pins, o Options) ([]Component, error) 
 		offline = ""
 	}
 	if offline != "" {
-		abs, err := config.ExpandHome(offline)
+		abs, err := files.ExpandHome(offline)
 		if err != nil {
 			return nil, err
 		}

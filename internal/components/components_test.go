@@ -60,7 +60,7 @@ func providerCR(t *testing.T, c components.Component) *unstructured.Unstructured
 
 func TestOwnerLabStackInOrder(t *testing.T) {
 	t.Setenv("PVE_TOKEN_SECRET", secret)
-	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{ReadSecret: config.ReadSecret})
+	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	want := "cert-manager v1.21.2, cluster-api-operator 0.28.0, CoreProvider cluster-api v1.12.11, " +
 		"BootstrapProvider kubeadm v1.12.11, ControlPlaneProvider kubeadm v1.12.11, InfrastructureProvider proxmox v0.9.0, " +
 		"IPAMProvider in-cluster v1.0.3, cluster-autoscaler RBAC v1.35.0"
@@ -102,8 +102,8 @@ func TestNoSecretReaderRendersNoSecret(t *testing.T) {
 func TestSecretErrorsNameTheSource(t *testing.T) {
 	t.Setenv("PVE_TOKEN_SECRET", "") // restored after the test
 	os.Unsetenv("PVE_TOKEN_SECRET")
-	_, err := components.Build(load(t, "../../examples/lab.yaml"), versions.MustGet(), components.Options{ReadSecret: config.ReadSecret})
-	if err == nil || err.Error() != "reading the token secret of Proxmox hypervisor pve: env PVE_TOKEN_SECRET is not set; export it" {
+	_, err := components.Build(load(t, "../../examples/lab.yaml"), versions.MustGet(), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+	if err == nil || err.Error() != "hypervisors[pve].proxmox.tokenSecret.env: PVE_TOKEN_SECRET is not set: export PVE_TOKEN_SECRET=<the secret of token root@pam!labctl>" {
 		t.Errorf("err = %v", err)
 	}
 }
@@ -114,7 +114,7 @@ func TestOptionalProvidersAndGates(t *testing.T) {
 	lab.Management.Stack.ClusterClass = true
 	lab.Management.Stack.Libvirt = config.OptionalProvider{Enabled: true, FetchURL: "https://github.com/example/cluster-api-provider-libvirt/releases"}
 	lab.Management.Stack.Kamaji = config.OptionalProvider{Enabled: true}
-	cs := build(t, lab, components.Options{ReadSecret: config.ReadSecret})
+	cs := build(t, lab, components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	got := names(cs)
 	for _, want := range []string{"InfrastructureProvider libvirt v0.1.0", "ControlPlaneProvider kamaji v0.20.0"} {
 		if !strings.Contains(got, want) {
@@ -142,7 +142,7 @@ func TestOptionalProvidersAndGates(t *testing.T) {
 }
 
 func TestLibvirtOnlyLabHasNoCAPMOX(t *testing.T) {
-	cs := build(t, load(t, "../../examples/local-kvm.yaml"), components.Options{ReadSecret: config.ReadSecret})
+	cs := build(t, load(t, "../../examples/local-kvm.yaml"), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	if got := names(cs); strings.Contains(got, "proxmox") {
 		t.Errorf("a lab without Proxmox installs CAPMOX: %s", got)
 	}
@@ -198,7 +198,7 @@ func TestOfflineConfigMaps(t *testing.T) {
 	t.Setenv("PVE_TOKEN_SECRET", secret)
 	big := "# core components\n" + strings.Repeat("apiVersion: v1\nkind: ConfigMap\n---\n", 40000) // over a ConfigMap's comfort
 	dir := offlineTree(t, big)
-	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{OfflineDir: dir, ReadSecret: config.ReadSecret})
+	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{OfflineDir: dir, ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 
 	if f := cs[0].Chart.Release.Chart.File; f != filepath.Join(dir, "cert-manager-v1.21.2.tgz") || cs[0].Chart.Release.Chart.Repo != "" {
 		t.Errorf("offline cert-manager chart = %+v", cs[0].Chart.Release.Chart)
@@ -267,7 +267,7 @@ func TestOfflineErrorsNameWhatIsMissing(t *testing.T) {
 	lab := load(t, "../../examples/lab.yaml")
 	dir := offlineTree(t, "kind: List\n")
 	os.Remove(filepath.Join(dir, "infrastructure-proxmox", "v0.9.0", "infrastructure-components.yaml"))
-	_, err := components.Build(lab, versions.MustGet(), components.Options{OfflineDir: dir, ReadSecret: config.ReadSecret})
+	_, err := components.Build(lab, versions.MustGet(), components.Options{OfflineDir: dir, ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	want := "InfrastructureProvider proxmox needs infrastructure-components.yaml or components.yaml in " + filepath.Join(dir, "infrastructure-proxmox", "v0.9.0")
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("err = %v\nwant it to contain %q", err, want)

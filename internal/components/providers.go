@@ -59,7 +59,7 @@ const (
 // API server refuses objects over 1 MiB.
 const maxPlainComponents = 768 << 10
 
-func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret func(config.SecretRef, string) (string, error)) ([]Component, error) {
+func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret func(*config.Hypervisor) (string, error)) ([]Component, error) {
 	st := lab.Management.Stack
 	var gates map[string]bool
 	if st.ClusterClass {
@@ -74,8 +74,7 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 	if px := proxmoxFor(lab); px != nil {
 		d := providerDef{kind: "InfrastructureProvider", ctype: "infrastructure", name: "proxmox", namespace: "capmox-system", version: pins.CAPMOX}
 		if readSecret != nil {
-			what := fmt.Sprintf("the token secret of Proxmox hypervisor %s", px.Name)
-			v, err := readSecret(px.Proxmox.TokenSecret, what)
+			v, err := readSecret(px)
 			if err != nil {
 				return nil, err
 			}
@@ -119,27 +118,25 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 // VM's hypervisor, else the first cluster's, else the first listed. Nil
 // when the lab has no Proxmox hypervisor: then CAPMOX is left out.
 func proxmoxFor(lab *config.Lab) *config.Hypervisor {
-	byName := map[string]*config.Hypervisor{}
-	var first *config.Hypervisor
-	for i := range lab.Hypervisors {
-		h := &lab.Hypervisors[i]
-		if h.Proxmox == nil {
-			continue
-		}
-		byName[h.Name] = h
-		if first == nil {
-			first = h
-		}
-	}
-	if h := byName[lab.Management.Hypervisor]; h != nil {
-		return h
-	}
-	for _, c := range lab.Clusters {
-		if h := byName[c.Hypervisor]; h != nil {
+	for _, name := range append([]string{lab.Management.Hypervisor}, clusterHypervisors(lab)...) {
+		if h, err := lab.Hypervisor(name); err == nil && h.Proxmox != nil {
 			return h
 		}
 	}
-	return first
+	for i := range lab.Hypervisors {
+		if lab.Hypervisors[i].Proxmox != nil {
+			return &lab.Hypervisors[i]
+		}
+	}
+	return nil
+}
+
+func clusterHypervisors(lab *config.Lab) []string {
+	names := make([]string, len(lab.Clusters))
+	for i, c := range lab.Clusters {
+		names[i] = c.Hypervisor
+	}
+	return names
 }
 
 var operatorGroup = "operator.cluster.x-k8s.io"

@@ -100,10 +100,8 @@ func SetDefaults(lab *Lab, pins versions.Pins) {
 		if c.KubernetesVersion == "" {
 			// The nodes run the kubelet their template image was built with.
 			c.KubernetesVersion = pins.Kubernetes
-			for _, img := range lab.Images {
-				if img.Name == c.Template.Image && kubeVersionRe.MatchString(img.KubernetesVersion) {
-					c.KubernetesVersion = img.KubernetesVersion
-				}
+			if img, err := lab.Image(c.Template.Image); err == nil && kubeVersionRe.MatchString(img.KubernetesVersion) {
+				c.KubernetesVersion = img.KubernetesVersion
 			}
 		}
 		if c.ControlPlane.Replicas == 0 {
@@ -160,10 +158,8 @@ func setIfEmpty(s *string, v string) {
 
 // soleNode is the Proxmox hypervisor's node when it has exactly one.
 func soleNode(lab *Lab, hypervisor string) string {
-	for _, h := range lab.Hypervisors {
-		if h.Name == hypervisor && h.Proxmox != nil && len(h.Proxmox.Nodes) == 1 {
-			return h.Proxmox.Nodes[0].Name
-		}
+	if h, err := lab.Hypervisor(hypervisor); err == nil && h.Proxmox != nil && len(h.Proxmox.Nodes) == 1 {
+		return h.Proxmox.Nodes[0].Name
 	}
 	return ""
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/labctl/labctl/internal/redact"
+	"github.com/labctl/labctl/internal/sshkey"
 )
 
 // Bounds that come from the pinned stack.
@@ -426,13 +427,9 @@ func (v *validator) management(p *field.Path) {
 		v.add(p, "needs sshPublicKeyFile or sshPublicKeys, or you cannot log in to the VM")
 	}
 	for i, k := range m.SSHPublicKeys {
-		if !strings.HasPrefix(k, "ssh-") && !strings.HasPrefix(k, "ecdsa-") && !strings.HasPrefix(k, "sk-") {
-			v.add(p.Child("sshPublicKeys").Index(i), "is not an SSH public key (ssh-ed25519 AAAA...); a private key never belongs here")
-		} else if strings.ContainsAny(k, "\r\n") {
-			// labctl's cloud-init refuses it: ssh_authorized_keys takes one line a key.
-			v.add(p.Child("sshPublicKeys").Index(i), "holds a line break; write each key on one line as its own list entry (a YAML | block adds a newline at its end: use a plain or quoted string)")
-		} else if len(strings.Fields(k)) < 2 {
-			v.add(p.Child("sshPublicKeys").Index(i), "%q has no key after its type; paste the whole line of the .pub file", k)
+		// The rule 'mgmt up' and 'cluster create' read the keys with.
+		if err := sshkey.CheckPublic(k); err != nil {
+			v.add(p.Child("sshPublicKeys").Index(i), "%s", err)
 		}
 	}
 	if strings.Contains(m.SSHPublicKeyFile, "PRIVATE KEY") || (m.SSHPublicKeyFile != "" && !strings.HasSuffix(m.SSHPublicKeyFile, ".pub")) {

@@ -9,13 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/sshkey"
 	"github.com/labctl/labctl/internal/ui"
 )
 
@@ -153,13 +153,12 @@ func Diagnose(ctx context.Context, o Options) *Report {
 		r.add("config", OK, fmt.Sprintf("%s: lab %q is valid", src.Name, lab.Metadata.Name))
 		for _, h := range lab.Hypervisors {
 			if h.Proxmox != nil {
-				st, detail := checkSecret(h.Proxmox.TokenSecret, h.Proxmox.TokenID)
+				st, detail := checkSecret(h)
 				r.add(fmt.Sprintf("proxmox %s token secret", h.Name), st, detail)
 			}
 		}
-		if st, detail, ok := checkSSHKey(lab.Management); ok {
-			r.add("ssh public key", st, detail)
-		}
+		st, detail := checkSSHKey(lab.Management)
+		r.add("ssh public key", st, detail)
 		if !o.SkipHypervisors {
 			r.checkProxmox(ctx, o, lab)
 		}
@@ -193,105 +192,36 @@ func configProblem(src config.Source, err error) string {
 	return msg
 }
 
-// checkSecret says whether a secret reference resolves. It never reads the
+// checkSecret says whether a Proxmox token secret resolves, read as every
+// command reads it (config's CheckTokenSecret). It never reads the
 // secret's value into the report.
-func checkSecret(ref config.SecretRef, tokenID string) (Status, string) {
+func checkSecret(h config.Hypervisor) (Status, string) {
+	found, warning, err := h.CheckTokenSecret()
 	switch {
-	case ref.Env != "":
-		v, ok := os.LookupEnv(ref.Env)
-		if !ok {
-			return Fail, fmt.Sprintf("env %s is not set: export %s=<secret of token %s>", ref.Env, ref.Env, tokenID)
-		}
-		if strings.TrimSpace(v) == "" {
-			return Fail, fmt.Sprintf("env %s is set but empty: export the secret of token %s", ref.Env, tokenID)
-		}
-		return OK, fmt.Sprintf("env %s is set", ref.Env)
-	case ref.File != "":
-		path, err := config.ExpandHome(ref.File)
-		if err != nil {
-			return Fail, err.Error()
-		}
-		fi, err := os.Stat(path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return Fail, fmt.Sprintf("file %s does not exist: write the secret of token %s there and chmod 600 it", path, tokenID)
-		case err != nil:
-			return Fail, fmt.Sprintf("file %s: %v", path, errors.Unwrap(err))
-		case fi.IsDir():
-			return Fail, fmt.Sprintf("%s is a folder, not a file holding the token secret", path)
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return Fail, fmt.Sprintf("file %s cannot be read: %v", path, errors.Unwrap(err))
-		}
-		f.Close()
-		if fi.Size() == 0 {
-			return Fail, fmt.Sprintf("file %s is empty: write the secret of token %s there", path, tokenID)
-		}
-		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-			return Warn, fmt.Sprintf("file %s has mode %04o, wider than 0600: chmod 600 %s", path, perm, path)
-		}
-		return OK, fmt.Sprintf("file %s (mode %04o)", path, fi.Mode().Perm())
-	}
-	return Fail, "no env or file named for the token secret"
-}
-
-// checkSSHKey checks the management VM's public key file. ok is false when
-// there is nothing to check.
-func checkSSHKey(m config.Management) (st Status, detail string, ok bool) {
-	inline := ""
-	if n := len(m.SSHPublicKeys); n > 0 {
-		inline = fmt.Sprintf("%d inline key(s)", n)
-	}
-	if m.SSHPublicKeyFile == "" {
-		if inline == "" {
-			return "", "", false
-		}
-		return OK, inline, true
-	}
-	path, err := config.ExpandHome(m.SSHPublicKeyFile)
-	if err != nil {
-		return Fail, err.Error(), true
-	}
-	data, err := readSmall(path, 64<<10)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return Fail, fmt.Sprintf("%s does not exist: create a key with 'ssh-keygen -t ed25519' or set management.sshPublicKeyFile", path), true
 	case err != nil:
-		return Fail, fmt.Sprintf("%s cannot be read: %v", path, err), true
+		return Fail, err.Error()
+	case warning != "":
+		return Warn, warning
 	}
-	text := strings.TrimSpace(string(data))
-	if strings.Contains(text, "PRIVATE KEY") {
-		return Fail, fmt.Sprintf("%s holds a private key; name the .pub file next to it", path), true
-	}
-	keyType, _, _ := strings.Cut(text, " ")
-	if !isPublicKeyType(keyType) {
-		return Fail, fmt.Sprintf("%s is not an SSH public key (want a line like 'ssh-ed25519 AAAA...')", path), true
-	}
-	detail = fmt.Sprintf("%s (%s)", path, keyType)
-	if inline != "" {
-		detail += ", and " + inline
-	}
-	return OK, detail, true
+	return OK, found
 }
 
-func isPublicKeyType(t string) bool {
-	return strings.HasPrefix(t, "ssh-") || strings.HasPrefix(t, "ecdsa-sha2-") ||
-		strings.HasPrefix(t, "sk-ssh-") || strings.HasPrefix(t, "sk-ecdsa-")
-}
-
-func readSmall(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+// checkSSHKey reads the management VM's public keys as 'mgmt up' and
+// 'cluster create' do (sshkey.Authorized), so doctor passes exactly what
+// they accept.
+func checkSSHKey(m config.Management) (Status, string) {
+	keys, err := sshkey.Authorized(m.SSHPublicKeys, m.SSHPublicKeyFile)
 	if err != nil {
-		return nil, err
+		return Fail, err.Error()
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
+	var parts []string
+	if m.SSHPublicKeyFile != "" {
+		path, _ := files.ExpandHome(m.SSHPublicKeyFile) // Authorized expanded it already
+		typ, _, _ := strings.Cut(keys[len(m.SSHPublicKeys)], " ")
+		parts = append(parts, fmt.Sprintf("%s (%s)", path, typ))
 	}
-	if fi.IsDir() {
-		return nil, errors.New("it is a folder")
+	if n := len(m.SSHPublicKeys); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d inline key(s)", n))
 	}
-	return io.ReadAll(io.LimitReader(f, limit))
+	return OK, strings.Join(parts, ", and ")
 }

@@ -84,18 +84,23 @@ func check(t *testing.T, r *Report, name string) Check {
 	return Check{}
 }
 
+// secretOf is doctor's check of the token secret ref of Proxmox token tokenID.
+func secretOf(ref config.SecretRef, tokenID string) (Status, string) {
+	return checkSecret(config.Hypervisor{Name: "pve", Proxmox: &config.Proxmox{TokenID: tokenID, TokenSecret: ref}})
+}
+
 func TestSecretEnv(t *testing.T) {
 	ref := config.SecretRef{Env: "LABCTL_TEST_SECRET"}
 	os.Unsetenv(ref.Env)
-	if st, d := checkSecret(ref, "root@pam!labctl"); st != Fail || !strings.Contains(d, "LABCTL_TEST_SECRET is not set") || !strings.Contains(d, "root@pam!labctl") {
+	if st, d := secretOf(ref, "root@pam!labctl"); st != Fail || !strings.Contains(d, "LABCTL_TEST_SECRET is not set") || !strings.Contains(d, "root@pam!labctl") {
 		t.Errorf("unset: %s %q", st, d)
 	}
 	t.Setenv(ref.Env, "  ")
-	if st, d := checkSecret(ref, "x"); st != Fail || !strings.Contains(d, "empty") {
+	if st, d := secretOf(ref, "x"); st != Fail || !strings.Contains(d, "empty") {
 		t.Errorf("blank: %s %q", st, d)
 	}
 	t.Setenv(ref.Env, secretValue)
-	st, d := checkSecret(ref, "x")
+	st, d := secretOf(ref, "x")
 	if st != OK || strings.Contains(d, secretValue) {
 		t.Errorf("set: %s %q", st, d)
 	}
@@ -106,36 +111,36 @@ func TestSecretFile(t *testing.T) {
 	p := filepath.Join(dir, "pve-token")
 	ref := config.SecretRef{File: p}
 
-	if st, d := checkSecret(ref, "x"); st != Fail || !strings.Contains(d, "does not exist") || !strings.Contains(d, p) {
+	if st, d := secretOf(ref, "x"); st != Fail || !strings.Contains(d, "does not exist") || !strings.Contains(d, p) {
 		t.Errorf("missing: %s %q", st, d)
 	}
 	writeFile(t, p, secretValue+"\n", 0o644)
-	if st, d := checkSecret(ref, "x"); st != Warn || !strings.Contains(d, "0644") || !strings.Contains(d, "chmod 600 "+p) {
+	if st, d := secretOf(ref, "x"); st != Warn || !strings.Contains(d, "0644") || !strings.Contains(d, "chmod 600 "+p) {
 		t.Errorf("0644: %s %q", st, d)
 	}
 	writeFile(t, p, secretValue+"\n", 0o640)
-	if st, _ := checkSecret(ref, "x"); st != Warn {
+	if st, _ := secretOf(ref, "x"); st != Warn {
 		t.Errorf("0640: %s, want warn (group-readable)", st)
 	}
 	writeFile(t, p, secretValue+"\n", 0o600)
-	st, d := checkSecret(ref, "x")
+	st, d := secretOf(ref, "x")
 	if st != OK || strings.Contains(d, secretValue) {
 		t.Errorf("0600: %s %q", st, d)
 	}
 	writeFile(t, p, secretValue+"\n", 0o400)
-	if st, _ := checkSecret(ref, "x"); st != OK {
+	if st, _ := secretOf(ref, "x"); st != OK {
 		t.Errorf("0400: %s, want ok", st)
 	}
 	writeFile(t, p, "", 0o600)
-	if st, d := checkSecret(ref, "x"); st != Fail || !strings.Contains(d, "empty") {
+	if st, d := secretOf(ref, "x"); st != Fail || !strings.Contains(d, "empty") {
 		t.Errorf("empty: %s %q", st, d)
 	}
-	if st, d := checkSecret(config.SecretRef{File: dir}, "x"); st != Fail || !strings.Contains(d, "folder") {
+	if st, d := secretOf(config.SecretRef{File: dir}, "x"); st != Fail || !strings.Contains(d, "folder") {
 		t.Errorf("folder: %s %q", st, d)
 	}
 	if os.Geteuid() != 0 { // root reads anything
 		writeFile(t, p, secretValue, 0o000)
-		if st, d := checkSecret(ref, "x"); st != Fail || !strings.Contains(d, "cannot be read") {
+		if st, d := secretOf(ref, "x"); st != Fail || !strings.Contains(d, "cannot be read") {
 			t.Errorf("unreadable: %s %q", st, d)
 		}
 	}
@@ -144,7 +149,7 @@ func TestSecretFile(t *testing.T) {
 func TestSecretFileTilde(t *testing.T) {
 	h := home(t)
 	writeFile(t, filepath.Join(h, ".config", "labctl", "pve-token"), secretValue, 0o600)
-	st, d := checkSecret(config.SecretRef{File: "~/.config/labctl/pve-token"}, "x")
+	st, d := secretOf(config.SecretRef{File: "~/.config/labctl/pve-token"}, "x")
 	if st != OK || !strings.Contains(d, h) {
 		t.Errorf("~ path: %s %q", st, d)
 	}
@@ -154,27 +159,34 @@ func TestSSHKey(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "id.pub")
 	m := config.Management{SSHPublicKeyFile: p}
-	if st, d, _ := checkSSHKey(m); st != Fail || !strings.Contains(d, "does not exist") {
+	if st, d := checkSSHKey(m); st != Fail || !strings.Contains(d, "does not exist") || !strings.Contains(d, "management.sshPublicKeyFile") {
 		t.Errorf("missing: %s %q", st, d)
 	}
 	writeFile(t, p, "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----\n", 0o600)
-	st, d, _ := checkSSHKey(m)
+	st, d := checkSSHKey(m)
 	if st != Fail || !strings.Contains(d, "private key") || strings.Contains(d, "b3Blbn") {
 		t.Errorf("private: %s %q", st, d)
 	}
 	writeFile(t, p, "hello\n", 0o644)
-	if st, d, _ := checkSSHKey(m); st != Fail || !strings.Contains(d, "not an SSH public key") {
+	if st, d := checkSSHKey(m); st != Fail || !strings.Contains(d, "line 1 is not an SSH public key") {
 		t.Errorf("garbage: %s %q", st, d)
 	}
 	writeFile(t, p, "ecdsa-sha2-nistp256 AAAAE2VjZHNh x@y\n", 0o644)
-	if st, d, _ := checkSSHKey(m); st != OK || !strings.Contains(d, "ecdsa-sha2-nistp256") {
+	if st, d := checkSSHKey(m); st != OK || !strings.Contains(d, "ecdsa-sha2-nistp256") {
 		t.Errorf("ecdsa: %s %q", st, d)
 	}
-	if st, d, ok := checkSSHKey(config.Management{SSHPublicKeys: []string{"ssh-ed25519 AAAA"}}); !ok || st != OK || !strings.Contains(d, "1 inline") {
-		t.Errorf("inline: %v %s %q", ok, st, d)
+	if st, d := checkSSHKey(config.Management{SSHPublicKeys: []string{"ssh-ed25519 AAAA"}}); st != OK || !strings.Contains(d, "1 inline") {
+		t.Errorf("inline: %s %q", st, d)
 	}
-	if _, _, ok := checkSSHKey(config.Management{}); ok {
-		t.Error("no key at all should not be listed (validation reports it)")
+	// Stricter since the three readers became one: doctor used to skip an
+	// empty list and pass a private key given inline, both of which
+	// 'mgmt up' refuses.
+	if st, d := checkSSHKey(config.Management{}); st != Fail || !strings.Contains(d, "no SSH public key") || !strings.Contains(d, "sshPublicKeyFile") {
+		t.Errorf("no key at all: %s %q", st, d)
+	}
+	inlinePrivate := config.Management{SSHPublicKeys: []string{"-----BEGIN OPENSSH PRIVATE KEY----- b3Blbn"}}
+	if st, d := checkSSHKey(inlinePrivate); st != Fail || !strings.Contains(d, "management.sshPublicKeys[0] is not an SSH public key but a private key") || strings.Contains(d, "b3Blbn") {
+		t.Errorf("inline private key: %s %q", st, d)
 	}
 }
 

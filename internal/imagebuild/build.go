@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
-	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
@@ -60,11 +60,11 @@ func Build(ctx context.Context, o BuildOptions) error {
 	}
 	imgs := lab.Images
 	if o.Name != "" {
-		i := slices.IndexFunc(imgs, func(img config.Image) bool { return img.Name == o.Name })
-		if i < 0 {
-			return fmt.Errorf("lab.yaml (%s) has no image named %q", src, o.Name)
+		img, err := lab.Image(o.Name)
+		if err != nil {
+			return fmt.Errorf("%s: %w", src, err)
 		}
-		imgs = imgs[i : i+1]
+		imgs = []config.Image{*img}
 	}
 	if len(imgs) == 0 {
 		return fmt.Errorf("lab.yaml (%s) lists no images; add one under images", src)
@@ -116,15 +116,14 @@ func prepare(o BuildOptions, lab *config.Lab, img config.Image, pins versions.Pi
 	if err != nil {
 		return nil, err
 	}
-	secret, err := proxmox.Secret(h.Name, h.Proxmox.TokenSecret, proxmox.Options{})
+	secret, err := h.ReadTokenSecret()
 	if err != nil {
 		return nil, err
 	}
-	state, err := kube.StateDir(lab.Metadata.Name)
+	folder, err := files.StatePath(lab.Metadata.Name, "images")
 	if err != nil {
 		return nil, err
 	}
-	folder := filepath.Join(state, "images")
 	stamp := time.Now().UTC().Format("20060102T150405Z")
 	p := &plan{
 		dir: dir, target: Target(img), vars: vars, env: Env(h, n, secret), sc: NewScrubber(secret),

@@ -58,23 +58,20 @@ func TemplateName(img config.Image) string { return img.Name + "-" + img.Kuberne
 
 // target finds the Proxmox hypervisor and node img is built on.
 func target(lab *config.Lab, img config.Image) (*config.Hypervisor, config.PVENode, error) {
-	for i := range lab.Hypervisors {
-		h := &lab.Hypervisors[i]
-		if h.Name != img.Hypervisor {
-			continue
-		}
-		// Validation refuses this already; the rule is config's.
-		if why := config.ImagesOn(h); why != "" {
-			return nil, config.PVENode{}, fmt.Errorf("image %s: %s", img.Name, why)
-		}
-		for _, n := range h.Proxmox.Nodes {
-			if img.Node == "" || n.Name == img.Node {
-				return h, n, nil
-			}
-		}
-		return nil, config.PVENode{}, fmt.Errorf("image %s: node %q is not listed under hypervisor %s", img.Name, img.Node, h.Name)
+	h, err := lab.Hypervisor(img.Hypervisor)
+	if err != nil {
+		return nil, config.PVENode{}, fmt.Errorf("image %s: %w", img.Name, err)
 	}
-	return nil, config.PVENode{}, fmt.Errorf("image %s: lab.yaml has no hypervisor named %q", img.Name, img.Hypervisor)
+	// Validation refuses this already; the rule is config's.
+	if why := config.ImagesOn(h); why != "" {
+		return nil, config.PVENode{}, fmt.Errorf("image %s: %s", img.Name, why)
+	}
+	for _, n := range h.Proxmox.Nodes {
+		if img.Node == "" || n.Name == img.Node {
+			return h, n, nil
+		}
+	}
+	return nil, config.PVENode{}, fmt.Errorf("image %s: node %q is not listed under hypervisor %s", img.Name, img.Node, h.Name)
 }
 
 // SecretEnv is the child environment variable that carries the token secret.

@@ -13,6 +13,7 @@ import (
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/kube"
@@ -152,7 +153,7 @@ func workloadClusters(ctx context.Context, o DownOptions, lab *config.Lab) ([]ku
 	if err != nil {
 		return nil, nil, err
 	}
-	list, err := mc.List(ctx, cluster.ClusterGVK, "", "")
+	list, err := mc.List(ctx, clusterapi.ClusterGVK, "", "")
 	if err != nil {
 		return nil, nil, fmt.Errorf("asking the management cluster %s for workload clusters before deleting it: %w; if it no longer answers, --skip-cluster-check deletes the VM anyway, leaving any workload cluster's VMs behind", mc.Host(), err)
 	}
@@ -162,7 +163,7 @@ func workloadClusters(ctx context.Context, o DownOptions, lab *config.Lab) ([]ku
 			return nil, nil, fmt.Errorf("refusing to delete the management VM of lab %s: Cluster %s/%s was not made by labctl (it is not in namespace %s); delete it with Cluster API yourself first",
 				lab.Metadata.Name, c.GetNamespace(), c.GetName(), clusterapi.Namespace(c.GetName()))
 		}
-		out = append(out, kube.Ref{GVK: cluster.ClusterGVK, Namespace: c.GetNamespace(), Name: c.GetName()})
+		out = append(out, kube.Ref{GVK: clusterapi.ClusterGVK, Namespace: c.GetNamespace(), Name: c.GetName()})
 	}
 	return out, mc, nil
 }
@@ -216,7 +217,7 @@ func Kubeconfig(ctx context.Context, o KubeconfigOptions) error {
 	if _, err := os.Stat(o.Path); err == nil && !o.Force {
 		return fmt.Errorf("%s exists: pass --force to overwrite it", o.Path)
 	}
-	if err := kube.WritePrivate(o.Path, data); err != nil {
+	if err := files.WritePrivate(o.Path, data); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.IO.Err, "wrote %s (mode 0600)\n", o.Path)

@@ -11,8 +11,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/labctl/labctl/internal/cluster"
+	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testbed"
@@ -98,7 +99,7 @@ func TestKubeconfigPrintAndWrite(t *testing.T) {
 		t.Fatalf("nothing stored: %v", err)
 	}
 	stored, _ := kube.MgmtKubeconfigPath("home")
-	if err := kube.WritePrivate(stored, []byte("apiVersion: v1\nkind: Config\n")); err != nil {
+	if err := files.WritePrivate(stored, []byte("apiVersion: v1\nkind: Config\n")); err != nil {
 		t.Fatal(err)
 	}
 	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Request: req}); err != nil || out.String() != "apiVersion: v1\nkind: Config\n" {
@@ -128,7 +129,7 @@ func TestDownRefusesWhileClustersExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored, _ := kube.MgmtKubeconfigPath("home")
-	if err := kube.WritePrivate(stored, raw); err != nil {
+	if err := files.WritePrivate(stored, raw); err != nil {
 		t.Fatal(err)
 	}
 	mc, err := kube.Connect(env.Kubeconfig)
@@ -144,7 +145,7 @@ func TestDownRefusesWhileClustersExist(t *testing.T) {
 	if _, err := mc.Apply(t.Context(), []*unstructured.Unstructured{ns, cl}, kube.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	clRef := kube.Ref{GVK: cluster.ClusterGVK, Namespace: "lab1", Name: "lab1"}
+	clRef := kube.Ref{GVK: clusterapi.ClusterGVK, Namespace: "lab1", Name: "lab1"}
 	run := func(answer string, dry, deleteClusters bool) (string, error) {
 		var out bytes.Buffer
 		err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out}, Request: req,

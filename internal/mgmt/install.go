@@ -1,6 +1,8 @@
-// Package mgmt holds the management-cluster use cases: 'mgmt install'
-// (also called by 'mgmt up' once the k3s VM answers), 'mgmt status' and
-// the k3s HelmChart manifests that cloud-init drops on the VM.
+// Package mgmt holds the management-cluster use cases: 'mgmt up' brings
+// the k3s management VM up on any hypervisor.Driver (it never knows which
+// kind of hypervisor it drives), 'mgmt install' (also called by 'mgmt up'
+// once the k3s VM answers), 'mgmt status', 'mgmt down' and the k3s
+// HelmChart manifests that cloud-init drops on the VM.
 package mgmt
 
 import (
@@ -136,7 +138,7 @@ func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
 	if o.Output != "" && o.Output != "text" && !o.DryRun {
 		return nil, fmt.Errorf("-o %s prints the objects of a dry run; add --dry-run", o.Output)
 	}
-	comps, err := components.Build(o.Lab, versions.MustGet(), components.Options{OfflineDir: o.OfflineDir, ReadSecret: config.ReadSecret})
+	comps, err := components.Build(o.Lab, versions.MustGet(), components.Options{OfflineDir: o.OfflineDir, ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,3 @@
-// Package mgmt holds the management-cluster use cases. Up brings the k3s
-// management VM up on any hypervisor.Driver: it never knows which kind of
-// hypervisor it drives.
 package mgmt
 
 import (
@@ -16,7 +13,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -26,10 +22,12 @@ import (
 
 	"github.com/labctl/labctl/internal/cloudinit"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/redact"
+	"github.com/labctl/labctl/internal/sshkey"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/vmssh"
@@ -46,9 +44,6 @@ type Installer interface {
 	Install(ctx context.Context, lab *config.Lab, kubeconfig string) error
 }
 
-// ErrNoInstaller means this build cannot run mgmt install yet.
-var ErrNoInstaller = errors.New("'labctl mgmt install' is not available in this build, so the management stack was not installed")
-
 // OpenFunc opens the driver of a hypervisor of the lab.
 type OpenFunc func(ctx context.Context, lab *config.Lab, hypervisor string) (hypervisor.Driver, error)
 
@@ -60,8 +55,7 @@ type UpOptions struct {
 	Verbose int
 	// Open defaults to drivers.Open.
 	Open OpenFunc
-	// Installer runs mgmt install; nil makes that step fail with
-	// ErrNoInstaller, after everything before it is done.
+	// Installer runs mgmt install (default: StackInstaller, the real one).
 	Installer Installer
 	// AddressTimeout and APITimeout bound the waits (default 15 min each:
 	// a VM without hardware virtualisation boots slowly).
@@ -128,6 +122,9 @@ type UpRun struct {
 func NewUp(lab *config.Lab, drv hypervisor.Driver, o UpOptions) (*UpRun, error) {
 	m := lab.Management
 	u := &UpRun{lab: lab, drv: drv, opts: o, apiPort: 6443, sshPort: 22}
+	if u.opts.Installer == nil {
+		u.opts.Installer = &StackInstaller{IO: o.IO, Verbose: o.Verbose}
+	}
 	if u.opts.AddressTimeout == 0 {
 		u.opts.AddressTimeout = 15 * time.Minute
 	}
@@ -138,7 +135,7 @@ func NewUp(lab *config.Lab, drv hypervisor.Driver, o UpOptions) (*UpRun, error) 
 	if iu, err := url.Parse(m.Image.URL); err == nil {
 		u.image.FileName = path.Base(iu.Path)
 	}
-	keys, err := sshKeys(m)
+	keys, err := sshkey.Authorized(m.SSHPublicKeys, m.SSHPublicKeyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -179,42 +176,7 @@ const MgmtHostKeyFile = "mgmt-ssh-host-key"
 
 // MgmtHostKeyPath is $XDG_CONFIG_HOME/labctl/<lab>/mgmt-ssh-host-key.
 func MgmtHostKeyPath(lab string) (string, error) {
-	dir, err := kube.StateDir(lab)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, MgmtHostKeyFile), nil
-}
-
-// sshKeys are management.sshPublicKeys plus the key in sshPublicKeyFile.
-func sshKeys(m config.Management) ([]string, error) {
-	keys := append([]string(nil), m.SSHPublicKeys...)
-	if m.SSHPublicKeyFile != "" {
-		p := m.SSHPublicKeyFile
-		if rest, ok := strings.CutPrefix(p, "~/"); ok {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return nil, fmt.Errorf("management.sshPublicKeyFile %s: %w", p, err)
-			}
-			p = filepath.Join(home, rest)
-		}
-		data, err := os.ReadFile(p)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("management.sshPublicKeyFile: %s does not exist; make a key with 'ssh-keygen -t ed25519' or set management.sshPublicKeys", p)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("management.sshPublicKeyFile: reading %s: %w", p, err)
-		}
-		for _, l := range strings.Split(string(data), "\n") {
-			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-				keys = append(keys, l)
-			}
-		}
-	}
-	if len(keys) == 0 {
-		return nil, errors.New("management: no SSH public key; set sshPublicKeyFile or sshPublicKeys")
-	}
-	return keys, nil
+	return files.StatePath(lab, MgmtHostKeyFile)
 }
 
 // vmSpec renders the management VM: k3s at the pinned version with
@@ -354,12 +316,9 @@ func (u *UpRun) applyCreate(ctx context.Context) error {
 		}
 		u.img = img
 	}
-	var manifests []cloudinit.File
-	if u.opts.Installer != nil {
-		var err error
-		if manifests, err = u.opts.Installer.K3sManifests(u.lab); err != nil {
-			return fmt.Errorf("rendering the k3s manifests of mgmt install: %w", err)
-		}
+	manifests, err := u.opts.Installer.K3sManifests(u.lab)
+	if err != nil {
+		return fmt.Errorf("rendering the k3s manifests of mgmt install: %w", err)
 	}
 	hk, err := vmssh.LoadOrCreateHostKey(u.hostKeyFile)
 	if err != nil {
@@ -563,7 +522,7 @@ func (u *UpRun) storeKubeconfig(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := kube.WritePrivate(u.kubeconfig, data); err != nil {
+	if err := files.WritePrivate(u.kubeconfig, data); err != nil {
 		return err
 	}
 	c, err := kube.Connect(u.kubeconfig)
@@ -578,19 +537,13 @@ func (u *UpRun) storeKubeconfig(ctx context.Context) error {
 	return nil
 }
 
-// planInstall is nil (always run) when there is an installer, and says
-// plainly when there is none: the step will fail.
+// planInstall says what the last step does: mgmt install always runs, as
+// it checks every component itself and changes only what differs.
 func (u *UpRun) planInstall(context.Context) ([]string, error) {
-	if u.opts.Installer != nil {
-		return []string{"install the management stack with mgmt install"}, nil
-	}
-	return []string{"install the management stack: not available in this build, so this step will fail"}, nil
+	return []string{"install the management stack with mgmt install"}, nil
 }
 
 func (u *UpRun) install(ctx context.Context) error {
-	if u.opts.Installer == nil {
-		return fmt.Errorf("%w; the VM is up and its kubeconfig is at %s: run 'labctl mgmt install' once your labctl has it", ErrNoInstaller, u.kubeconfig)
-	}
 	return u.opts.Installer.Install(ctx, u.lab, u.kubeconfig)
 }
 

@@ -495,22 +495,6 @@ func TestUpInterruptedConverges(t *testing.T) {
 	}
 }
 
-func TestUpWithoutInstallerFailsHonestly(t *testing.T) {
-	env := testbed.Start(t)
-	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	mem := newMem(t, k3sStyle(t, env.Kubeconfig))
-	out, err := upOnce(t, t.Context(), loopbackLab(t), mem, nil, false)
-	if !errors.Is(err, ErrNoInstaller) {
-		t.Fatalf("mgmt up without an installer = %v, want ErrNoInstaller\n%s", err, out)
-	}
-	if !strings.Contains(out, "✗ mgmt install") && !strings.Contains(out, "mgmt install") {
-		t.Errorf("the install step is not shown as failed:\n%s", out)
-	}
-	if _, err := os.Stat(filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "labctl", "local", "mgmt.kubeconfig")); err != nil {
-		t.Errorf("the steps before install did not finish: %v", err)
-	}
-}
-
 func TestUpDryRunChangesNothing(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	mem := newMem(t, nil)
@@ -577,5 +561,20 @@ users:
 	}
 	if _, err := rewriteKubeconfig([]byte("not yaml: ["), netip.MustParseAddr("10.0.0.1"), "x"); err == nil {
 		t.Error("garbage accepted")
+	}
+}
+
+// One reader of the public keys: 'mgmt up' used to put a private key
+// named as sshPublicKeyFile on the VM as if it were public.
+func TestNewUpRefusesPrivateKeyAsPublic(t *testing.T) {
+	lab := localLab(t)
+	lab.Management.SSHPublicKeys = nil
+	lab.Management.SSHPublicKeyFile = filepath.Join(t.TempDir(), "id_ed25519.pub")
+	if err := os.WriteFile(lab.Management.SSHPublicKeyFile, []byte("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := NewUp(lab, newMem(t, nil), UpOptions{IO: &ui.IO{}, DryRun: true})
+	if err == nil || !strings.Contains(err.Error(), "management.sshPublicKeyFile") || !strings.Contains(err.Error(), "holds a private key") || strings.Contains(err.Error(), "b3Blbn") {
+		t.Fatalf("NewUp = %v; want the private key refused, naming the field and not the key", err)
 	}
 }

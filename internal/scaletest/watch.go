@@ -10,24 +10,25 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/labctl/labctl/internal/clusterapi"
 )
 
-// Resources watched in the management cluster.
+// Resources watched in the management cluster: clusterapi's.
 var (
-	mdGVR      = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machinedeployments"}
-	msGVR      = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machinesets"}
-	machineGVR = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
+	mdGVR      = clusterapi.MachineDeploymentResource
+	msGVR      = clusterapi.MachineSetResource
+	machineGVR = clusterapi.MachineResource
 )
 
-// Labels labctl and CAPI put on the objects watched.
+// Labels CAPI and kubeadm put on the objects watched.
 const (
-	DeploymentNameLabel = "cluster.x-k8s.io/deployment-name"
+	DeploymentNameLabel = clusterapi.DeploymentNameLabel
 	controlPlaneLabel   = "node-role.kubernetes.io/control-plane"
 )
 

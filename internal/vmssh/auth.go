@@ -11,7 +11,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 
-	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/sshkey"
 )
 
@@ -53,7 +53,7 @@ func UserAuth(authorized []string, pubKeyFile string) ([]ssh.Signer, error) {
 		why = append(why, "SSH_AUTH_SOCK is not set (no ssh-agent)")
 	}
 	if pubKeyFile != "" {
-		pub, err := config.ExpandHome(pubKeyFile)
+		pub, err := files.ExpandHome(pubKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("management.sshPublicKeyFile: %w", err)
 		}

@@ -30,7 +30,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/labctl/labctl/internal/cloudinit"
-	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/files"
 )
 
 // ErrNotFound is returned by ReadFile when the file does not exist (yet).
@@ -93,7 +93,7 @@ func LoadOrCreateHostKey(file string) (HostKey, error) {
 	if k, err = GenerateHostKey(); err != nil {
 		return HostKey{}, err
 	}
-	if err := kube.WritePrivate(file, k.private); err != nil {
+	if err := files.WritePrivate(file, k.private); err != nil {
 		return HostKey{}, fmt.Errorf("storing the VM's SSH host key: %w", err)
 	}
 	return k, nil

@@ -19,25 +19,22 @@ import (
 // Open connects to the hypervisor called name in lab. Close the driver
 // with Close when done.
 func Open(ctx context.Context, lab *config.Lab, name string) (hypervisor.Driver, error) {
-	for i := range lab.Hypervisors {
-		h := &lab.Hypervisors[i]
-		if h.Name != name {
-			continue
-		}
-		switch {
-		case h.Libvirt != nil:
-			d, err := libvirt.New(ctx, LibvirtOptions(lab, h))
-			if err != nil {
-				return nil, err
-			}
-			return d, nil
-		case h.Proxmox != nil:
-			// Warnings (TLS verification off) go to stderr, like logs.
-			return proxmox.New(*h, proxmox.Options{Warn: os.Stderr})
-		}
-		return nil, fmt.Errorf("hypervisor %s: neither proxmox nor libvirt is set in lab.yaml", name)
+	h, err := lab.Hypervisor(name)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("lab.yaml has no hypervisor named %q", name)
+	switch {
+	case h.Libvirt != nil:
+		d, err := libvirt.New(ctx, LibvirtOptions(lab, h))
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	case h.Proxmox != nil:
+		// Warnings (TLS verification off) go to stderr, like logs.
+		return proxmox.New(*h, proxmox.Options{Warn: os.Stderr})
+	}
+	return nil, fmt.Errorf("hypervisor %s: neither proxmox nor libvirt is set in lab.yaml", name)
 }
 
 // LibvirtOptions maps a libvirt hypervisor of lab.yaml to driver options:

@@ -48,7 +48,7 @@ func TestOpen(t *testing.T) {
 	if _, err := Open(ctx, lab(), "pve"); err == nil || !strings.Contains(err.Error(), "hypervisors[pve].proxmox.tokenSecret") {
 		t.Errorf("Open(pve) = %v, want an error naming the missing tokenSecret", err)
 	}
-	if _, err := Open(ctx, lab(), "nope"); err == nil || !strings.Contains(err.Error(), `no hypervisor named "nope"`) {
+	if _, err := Open(ctx, lab(), "nope"); err == nil || !strings.Contains(err.Error(), `hypervisor "nope" is not in the lab config; it has: `) {
 		t.Errorf("Open(nope) = %v", err)
 	}
 }

@@ -14,17 +14,14 @@ import (
 	"net/url"
 	"path"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/common"
 	"github.com/labctl/labctl/internal/redact"
 )
 
-var (
-	sha256Hex  = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	volumeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`)
-)
+var volumeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`)
 
 // httpClient fetches images and checksum files. No overall timeout: an
 // image can take minutes; ctx bounds it.
@@ -51,61 +48,6 @@ func imageFileName(spec hypervisor.ImageSpec) (string, error) {
 	return name, nil
 }
 
-// wantChecksum is the image's sha256 in hex: from spec.Checksum
-// (sha256:<hex>), else from the SHA256SUMS file at spec.ChecksumURL.
-func wantChecksum(ctx context.Context, spec hypervisor.ImageSpec) (string, error) {
-	if spec.Checksum != "" {
-		hexSum, ok := strings.CutPrefix(spec.Checksum, "sha256:")
-		if !ok || !sha256Hex.MatchString(hexSum) {
-			return "", fmt.Errorf("image checksum %q must be sha256: and 64 lowercase hex digits", spec.Checksum)
-		}
-		return hexSum, nil
-	}
-	if spec.ChecksumURL == "" {
-		return "", errors.New("the image has neither checksum nor checksumURL; labctl never uses an unverified image")
-	}
-	resp, err := get(ctx, spec.ChecksumURL)
-	if err != nil {
-		return "", err
-	}
-	body := resp.Body
-	defer func() { _ = body.Close() }()
-	u, err := url.Parse(spec.URL)
-	if err != nil {
-		return "", fmt.Errorf("image URL %q: %w", redact.URL(spec.URL), err)
-	}
-	file := path.Base(u.Path)
-	sc := bufio.NewScanner(io.LimitReader(body, 4<<20))
-	for sc.Scan() {
-		// "<hex> *<name>" (binary) or "<hex>  <name>" (text)
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 2 && strings.TrimPrefix(fields[1], "*") == file && sha256Hex.MatchString(strings.ToLower(fields[0])) {
-			return strings.ToLower(fields[0]), nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("reading %s: %w", redact.URL(spec.ChecksumURL), err)
-	}
-	return "", fmt.Errorf("%s lists no sha256 for %s; check management.image.url and checksumURL", redact.URL(spec.ChecksumURL), file)
-}
-
-// get starts a GET and fails on any status but 200.
-func get(ctx context.Context, rawURL string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
-	if err != nil {
-		return nil, fmt.Errorf("fetching %s: %w", rawURL, err)
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("fetching %s: %w", rawURL, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		_ = resp.Body.Close()
-		return nil, fmt.Errorf("fetching %s: %s", rawURL, resp.Status)
-	}
-	return resp, nil
-}
-
 // download is an image being fetched: its format and size come from the
 // first bytes, and Sum holds the sha256 of what was read.
 type download struct {
@@ -123,7 +65,7 @@ type download struct {
 var qcow2Magic = []byte{'Q', 'F', 'I', 0xfb}
 
 func openDownload(ctx context.Context, rawURL string) (*download, error) {
-	resp, err := get(ctx, rawURL)
+	resp, err := common.Get(ctx, httpClient, rawURL)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	lv "github.com/digitalocean/go-libvirt"
 
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/common"
 	"github.com/labctl/labctl/internal/redact"
 )
 
@@ -71,7 +72,7 @@ func (d *Driver) markers(p lv.StoragePool, image string) ([]string, error) {
 	}
 	var sums []string
 	for _, n := range names {
-		if sum, ok := strings.CutPrefix(n, markerPrefix(image)); ok && sha256Hex.MatchString(sum) {
+		if sum, ok := strings.CutPrefix(n, markerPrefix(image)); ok && common.IsSHA256(sum) {
 			sums = append(sums, sum)
 		}
 	}
@@ -108,7 +109,7 @@ func (d *Driver) EnsureImage(ctx context.Context, spec hypervisor.ImageSpec) (hy
 		return img, err
 	}
 
-	want, err := wantChecksum(ctx, spec)
+	want, err := common.Checksum(ctx, httpClient, spec)
 	if err != nil {
 		return hypervisor.Image{}, fmt.Errorf("image %s: %w", name, err)
 	}

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/sshkey"
 )
 
@@ -402,16 +402,16 @@ func sshKeys(keyFile string) (keySet, error) {
 		ks.signers, ks.agent, ks.agentConn = signers, len(signers), conn
 	}
 	named := keyFile != ""
-	files := []string{keyFile}
+	keyFiles := []string{keyFile}
 	if !named {
 		home, _ := os.UserHomeDir()
-		files = nil
+		keyFiles = nil
 		for _, n := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
-			files = append(files, filepath.Join(home, ".ssh", n))
+			keyFiles = append(keyFiles, filepath.Join(home, ".ssh", n))
 		}
 	}
-	for _, f := range files {
-		path, err := config.ExpandHome(f)
+	for _, f := range keyFiles {
+		path, err := files.ExpandHome(f)
 		if err != nil {
 			return ks, err
 		}

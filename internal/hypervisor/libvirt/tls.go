@@ -12,7 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 )
 
 // tlsPort is libvirtd's TLS port (libvirtd.conf tls_port).
@@ -36,7 +36,7 @@ func tlsFiles(t target, set TLSFiles) (TLSFiles, error) {
 		CertFile: "/etc/pki/libvirt/clientcert.pem",
 		KeyFile:  "/etc/pki/libvirt/private/clientkey.pem",
 	}
-	files := []struct {
+	pems := []struct {
 		name string // in pkipath= and ~/.pki/libvirt
 		set  string // from lab.yaml
 		dst  *string
@@ -47,10 +47,10 @@ func tlsFiles(t target, set TLSFiles) (TLSFiles, error) {
 			userDir = filepath.Join(home, ".pki", "libvirt")
 		}
 	}
-	for _, file := range files {
+	for _, file := range pems {
 		switch {
 		case file.set != "":
-			p, err := config.ExpandHome(file.set)
+			p, err := files.ExpandHome(file.set)
 			if err != nil {
 				return f, err
 			}

@@ -10,8 +10,8 @@ import (
 	lv "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/labctl/labctl/internal/cloudinit"
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/common"
 )
 
 var vmNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -117,7 +117,7 @@ func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (vm hyper
 	if err := ctx.Err(); err != nil {
 		return hypervisor.VM{}, err
 	}
-	iso, err := seedISO(spec)
+	iso, err := common.SeedISO(spec.Name, spec.CloudInit)
 	if err != nil {
 		return hypervisor.VM{}, err
 	}
@@ -169,23 +169,6 @@ func checkSpec(s hypervisor.VMSpec) error {
 		return fmt.Errorf("VM spec %s: %w", s.Name, errors.Join(errs...))
 	}
 	return nil
-}
-
-// seedISO builds the NoCloud seed of a VM.
-func seedISO(s hypervisor.VMSpec) ([]byte, error) {
-	host := s.CloudInit.Hostname
-	if host == "" {
-		host = s.Name
-	}
-	md, err := cloudinit.MetaData(cloudinit.InstanceID(s.Name, s.CloudInit.UserData, s.CloudInit.NetworkConfig), host)
-	if err != nil {
-		return nil, fmt.Errorf("VM %s: %w", s.Name, err)
-	}
-	iso, err := cloudinit.SeedISO(cloudinit.Seed{UserData: s.CloudInit.UserData, MetaData: md, NetworkConfig: s.CloudInit.NetworkConfig})
-	if err != nil {
-		return nil, fmt.Errorf("VM %s: %w", s.Name, err)
-	}
-	return iso, nil
 }
 
 // createOverlay makes the VM's disk: a qcow2 volume of DiskGiB backed by

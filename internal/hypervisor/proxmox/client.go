@@ -21,9 +21,10 @@ import (
 
 	pve "github.com/luthermonson/go-proxmox"
 
-	"github.com/labctl/labctl/internal/cloudinit"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/common"
 )
 
 // Options tune a Driver. Zero values take the defaults.
@@ -46,11 +47,8 @@ type Options struct {
 	Backoff, MaxBackoff time.Duration
 	// Seed builds the NoCloud seed ISO (label cidata) from a VM's
 	// cloud-init data when the spec carries user-data but no SeedISO
-	// (default: internal/cloudinit's builder, as the libvirt driver uses).
+	// (default: common.SeedISO, as the libvirt driver uses).
 	Seed func(name string, ci hypervisor.CloudInit) ([]byte, error)
-	// Getenv and ReadFile resolve the token secret (default os.Getenv, os.ReadFile).
-	Getenv   func(string) string
-	ReadFile func(string) ([]byte, error)
 }
 
 func (o *Options) defaults() {
@@ -76,13 +74,7 @@ func (o *Options) defaults() {
 		o.MaxBackoff = 5 * time.Second
 	}
 	if o.Seed == nil {
-		o.Seed = buildSeed
-	}
-	if o.Getenv == nil {
-		o.Getenv = os.Getenv
-	}
-	if o.ReadFile == nil {
-		o.ReadFile = os.ReadFile
+		o.Seed = common.SeedISO
 	}
 }
 
@@ -91,43 +83,13 @@ func field(name, path string) string {
 	return fmt.Sprintf("hypervisors[%s].proxmox.%s", name, path)
 }
 
-// Secret reads the token secret from the env variable or file ref names.
-// Errors name the field and the fix, never the value.
-func Secret(name string, ref config.SecretRef, o Options) (string, error) {
-	o.defaults()
-	switch {
-	case ref.Env != "":
-		v := strings.TrimSpace(o.Getenv(ref.Env))
-		if v == "" {
-			return "", fmt.Errorf("%s: environment variable %s is empty or not set: export %s=<token secret>",
-				field(name, "tokenSecret.env"), ref.Env, ref.Env)
-		}
-		return v, nil
-	case ref.File != "":
-		path, err := config.ExpandHome(ref.File)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", field(name, "tokenSecret.file"), err)
-		}
-		data, err := o.ReadFile(path)
-		if err != nil {
-			return "", fmt.Errorf("%s: reading the token secret: %w", field(name, "tokenSecret.file"), err)
-		}
-		v := strings.TrimSpace(string(data))
-		if v == "" {
-			return "", fmt.Errorf("%s: %s is empty: write the token secret there", field(name, "tokenSecret.file"), path)
-		}
-		return v, nil
-	}
-	return "", fmt.Errorf("%s: name an env variable or a file holding the token secret", field(name, "tokenSecret"))
-}
-
 // tlsConfig builds the client TLS config: system roots, or the CA file, or
 // a pinned SHA-256 fingerprint of the server certificate. Verification is
 // off only with insecureSkipVerify, and then a warning is printed.
 func tlsConfig(name string, t config.TLS, warn io.Writer) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if t.CAFile != "" {
-		path, err := config.ExpandHome(t.CAFile)
+		path, err := files.ExpandHome(t.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", field(name, "tls.caFile"), err)
 		}
@@ -251,11 +213,7 @@ func (l logger) Debugf(format string, args ...any) { l.line(2, "proxmox: ", form
 var _ pve.LeveledLoggerInterface = logger{}
 
 // newClient builds the go-proxmox client for one hypervisor.
-func newClient(name string, p *config.Proxmox, o Options) (*pve.Client, *http.Client, error) {
-	secret, err := Secret(name, p.TokenSecret, o)
-	if err != nil {
-		return nil, nil, err
-	}
+func newClient(name string, p *config.Proxmox, secret string, o Options) (*pve.Client, *http.Client, error) {
 	tc, err := tlsConfig(name, p.TLS, o.Warn)
 	if err != nil {
 		return nil, nil, err
@@ -272,18 +230,4 @@ func newClient(name string, p *config.Proxmox, o Options) (*pve.Client, *http.Cl
 		pve.WithLogger(logger{w: log, verbose: o.Verbose}),
 	)
 	return c, hc, nil
-}
-
-// buildSeed is the NoCloud seed of a VM: its user-data, meta-data (with an
-// instance id that changes with the data) and network-config.
-func buildSeed(name string, ci hypervisor.CloudInit) ([]byte, error) {
-	host := ci.Hostname
-	if host == "" {
-		host = name
-	}
-	md, err := cloudinit.MetaData(cloudinit.InstanceID(name, ci.UserData, ci.NetworkConfig), host)
-	if err != nil {
-		return nil, err
-	}
-	return cloudinit.SeedISO(cloudinit.Seed{UserData: ci.UserData, MetaData: md, NetworkConfig: ci.NetworkConfig})
 }

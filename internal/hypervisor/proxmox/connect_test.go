@@ -22,7 +22,7 @@ func TestConnectSilentAPI(t *testing.T) {
 	h := hv(srv)
 	h.Proxmox.URL = "https://root%40pam:hunter2-not-printed@" + addr
 	var buf bytes.Buffer
-	o := fastOptions(srv, &buf)
+	o := fastOptions(t, srv, &buf)
 	o.ConnectTimeout = 300 * time.Millisecond
 	d, err := New(h, o)
 	if err != nil {
@@ -101,8 +101,8 @@ func TestConnectRefusedAndToken(t *testing.T) {
 	}
 	h = hv(srv)
 	var buf bytes.Buffer
-	o := fastOptions(srv, &buf)
-	o.Getenv = func(string) string { return "wrong-secret" }
+	o := fastOptions(t, srv, &buf)
+	t.Setenv("PVE_TOKEN_SECRET", "wrong-secret")
 	d, err = New(h, o)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package proxmox
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/common"
 	"github.com/labctl/labctl/internal/redact"
 )
 
@@ -46,11 +46,14 @@ func New(h config.Hypervisor, o Options) (*Driver, error) {
 		return nil, fmt.Errorf("hypervisors[%s]: not a Proxmox hypervisor", h.Name)
 	}
 	o.defaults()
-	c, hc, err := newClient(h.Name, h.Proxmox, o)
+	secret, err := h.ReadTokenSecret()
 	if err != nil {
 		return nil, err
 	}
-	secret, _ := Secret(h.Name, h.Proxmox.TokenSecret, o)
+	c, hc, err := newClient(h.Name, h.Proxmox, secret, o)
+	if err != nil {
+		return nil, err
+	}
 	return &Driver{name: h.Name, cfg: h.Proxmox, c: c, hc: hc, o: o,
 		auth: "PVEAPIToken=" + h.Proxmox.TokenID + "=" + secret}, nil
 }
@@ -192,40 +195,10 @@ func (d *Driver) hasVolume(ctx context.Context, node, storage, kind, volid strin
 	return slices.ContainsFunc(list, func(c content) bool { return c.VolID == volid }), nil
 }
 
-// checksum returns the image's sha256 in hex, from spec.Checksum or the
-// SHA256SUMS file at spec.ChecksumURL.
+// checksum is the image's sha256 in hex (common.Checksum, the rule both
+// drivers share).
 func (d *Driver) checksum(ctx context.Context, spec hypervisor.ImageSpec) (string, error) {
-	if spec.Checksum != "" {
-		algo, sum, ok := strings.Cut(spec.Checksum, ":")
-		if !ok || algo != "sha256" || len(sum) != 64 {
-			return "", fmt.Errorf("image checksum %q: want sha256:<64 hex digits>", spec.Checksum)
-		}
-		return strings.ToLower(sum), nil
-	}
-	if spec.ChecksumURL == "" {
-		return "", errors.New("the image has neither checksum nor checksumURL: set one (management.image)")
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, spec.ChecksumURL, nil)
-	if err != nil {
-		return "", fmt.Errorf("checksum URL %s: %w", redact.URL(spec.ChecksumURL), err)
-	}
-	res, err := d.sumsClient().Do(req)
-	if err != nil {
-		return "", fmt.Errorf("fetching checksums from %s: %w", redact.URL(spec.ChecksumURL), err)
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("fetching checksums from %s: %s", redact.URL(spec.ChecksumURL), res.Status)
-	}
-	base := path.Base(spec.URL)
-	sc := bufio.NewScanner(res.Body)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 2 && strings.TrimPrefix(f[1], "*") == base && len(f[0]) == 64 {
-			return strings.ToLower(f[0]), nil
-		}
-	}
-	return "", fmt.Errorf("%s lists no sha256 for %s", redact.URL(spec.ChecksumURL), base)
+	return common.Checksum(ctx, d.sumsClient(), spec)
 }
 
 // SumsClient fetches checksum files; tests replace it.

@@ -347,7 +347,7 @@ func TestFindImageOnlyReads(t *testing.T) {
 func TestSeedBuilderSeam(t *testing.T) {
 	srv := pvetest.New(t)
 	var buf bytes.Buffer
-	o := fastOptions(srv, &buf)
+	o := fastOptions(t, srv, &buf)
 	var got hypervisor.CloudInit
 	o.Seed = func(_ string, ci hypervisor.CloudInit) ([]byte, error) {
 		got = ci

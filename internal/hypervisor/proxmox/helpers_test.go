@@ -34,20 +34,17 @@ func hv(srv *pvetest.Server) config.Hypervisor {
 }
 
 // fastOptions keep retries and polls short; log and warnings go to buf.
-func fastOptions(srv *pvetest.Server, buf *bytes.Buffer) Options {
+// The token secret is srv's, in the env variable hv names.
+func fastOptions(t testing.TB, srv *pvetest.Server, buf *bytes.Buffer) Options {
+	t.Setenv("PVE_TOKEN_SECRET", srv.Secret)
 	return Options{Warn: buf, Log: buf, Verbose: 9, Timeout: 2 * time.Second, Backoff: 5 * time.Millisecond,
-		MaxBackoff: 40 * time.Millisecond, Getenv: func(k string) string {
-			if k == "PVE_TOKEN_SECRET" {
-				return srv.Secret
-			}
-			return ""
-		}}
+		MaxBackoff: 40 * time.Millisecond}
 }
 
 func newDriver(t *testing.T, srv *pvetest.Server, h config.Hypervisor) (*Driver, *bytes.Buffer) {
 	t.Helper()
 	var buf bytes.Buffer
-	d, err := New(h, fastOptions(srv, &buf))
+	d, err := New(h, fastOptions(t, srv, &buf))
 	if err != nil {
 		t.Fatal(err)
 	}

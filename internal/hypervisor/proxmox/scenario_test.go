@@ -166,7 +166,7 @@ func BenchmarkMgmtUpRequests(b *testing.B) {
 		serveKubeconfig(srv, []byte("apiVersion: v1\n"))
 		var buf bytes.Buffer
 		// Production timing: polls start at 50 ms and double.
-		o := fastOptions(srv, &buf)
+		o := fastOptions(b, srv, &buf)
 		o.Backoff, o.MaxBackoff, o.Verbose = 0, 0, 0
 		d, err := New(hv(srv), o)
 		if err != nil {

@@ -53,7 +53,7 @@ func TestTLSCAFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Proxmox.TLS.CAFile = filepath.Join(t.TempDir(), "missing.pem")
-	if _, err := New(h, fastOptions(srv, &bytes.Buffer{})); err == nil || !strings.Contains(err.Error(), "hypervisors[pve].proxmox.tls.caFile") {
+	if _, err := New(h, fastOptions(t, srv, &bytes.Buffer{})); err == nil || !strings.Contains(err.Error(), "hypervisors[pve].proxmox.tls.caFile") {
 		t.Errorf("missing CA file: %v", err)
 	}
 }
@@ -71,9 +71,14 @@ func TestInsecureSkipVerifyWarns(t *testing.T) {
 	}
 }
 
-func TestSecretFromEnvOrFile(t *testing.T) {
-	o := Options{Getenv: func(string) string { return "" }}
-	_, err := Secret("pve", config.SecretRef{Env: "PVE_TOKEN_SECRET"}, o)
+// New reads the token secret through config's one reader, from the env
+// variable or the file the hypervisor names.
+func TestNewReadsTheSecretFromEnvOrFile(t *testing.T) {
+	h := config.Hypervisor{Name: "pve", Proxmox: &config.Proxmox{URL: "https://127.0.0.1:8006", TokenID: "root@pam!labctl",
+		TokenSecret: config.SecretRef{Env: "PVE_TOKEN_SECRET"}}}
+	t.Setenv("PVE_TOKEN_SECRET", "")
+	os.Unsetenv("PVE_TOKEN_SECRET")
+	_, err := New(h, Options{})
 	if err == nil || !strings.Contains(err.Error(), "hypervisors[pve].proxmox.tokenSecret.env") || !strings.Contains(err.Error(), "export PVE_TOKEN_SECRET=") {
 		t.Errorf("unset env: %v", err)
 	}
@@ -81,9 +86,10 @@ func TestSecretFromEnvOrFile(t *testing.T) {
 	if err := os.WriteFile(p, []byte("s3cr3t-from-file\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := Secret("pve", config.SecretRef{File: p}, Options{})
-	if err != nil || got != "s3cr3t-from-file" {
-		t.Errorf("file secret %q, %v", got, err)
+	h.Proxmox.TokenSecret = config.SecretRef{File: p}
+	d, err := New(h, Options{})
+	if err != nil || d.auth != "PVEAPIToken=root@pam!labctl=s3cr3t-from-file" {
+		t.Errorf("file secret: %v", err)
 	}
 }
 
@@ -104,8 +110,8 @@ func TestSecretNeverInOutput(t *testing.T) {
 	srv.FailTasks("POST", "/nodes/{node}/qemu/{vmid}/status/start", 1, "start failed: QEMU exited with code 1")
 	errs = append(errs, d.StartVM(ctx(t), vm).Error())
 	wrong := hv(srv)
-	o := fastOptions(srv, buf)
-	o.Getenv = func(string) string { return srv.Secret + "-wrong" }
+	o := fastOptions(t, srv, buf)
+	t.Setenv("PVE_TOKEN_SECRET", srv.Secret+"-wrong")
 	bad, err := New(wrong, o)
 	if err != nil {
 		t.Fatal(err)

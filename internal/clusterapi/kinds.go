@@ -1,0 +1,44 @@
+package clusterapi
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+)
+
+// The Cluster API kinds labctl renders and reads, at the versions of the
+// pinned providers: the one place they are spelled. The CAPI ones come from
+// the upstream Go types' GroupVersion, so a version bump is one import.
+var (
+	ClusterGVK               = clusterv1.GroupVersion.WithKind("Cluster")
+	MachineDeploymentGVK     = clusterv1.GroupVersion.WithKind("MachineDeployment")
+	MachineSetGVK            = clusterv1.GroupVersion.WithKind("MachineSet")
+	MachineGVK               = clusterv1.GroupVersion.WithKind("Machine")
+	KubeadmControlPlaneGVK   = controlplanev1.GroupVersion.WithKind("KubeadmControlPlane")
+	KubeadmConfigTemplateGVK = bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplate")
+	// CAPMOX v1alpha2 (its Go module is not imported: see proxmox.go).
+	ProxmoxClusterGVK         = infraGV.WithKind("ProxmoxCluster")
+	ProxmoxMachineTemplateGVK = infraGV.WithKind("ProxmoxMachineTemplate")
+)
+
+// Resources of the CAPI kinds, for dynamic clients and informers.
+var (
+	MachineDeploymentResource = clusterv1.GroupVersion.WithResource("machinedeployments")
+	MachineSetResource        = clusterv1.GroupVersion.WithResource("machinesets")
+	MachineResource           = clusterv1.GroupVersion.WithResource("machines")
+)
+
+// Labels CAPI puts on the objects of a cluster.
+const (
+	ClusterNameLabel    = clusterv1.ClusterNameLabel
+	DeploymentNameLabel = clusterv1.MachineDeploymentNameLabel
+)
+
+// MachineDeploymentName is the name of a cluster's worker pool.
+func MachineDeploymentName(cluster string) string { return cluster + "-" + WorkerPool }
+
+func typeMeta(gvk schema.GroupVersionKind) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
+}
