@@ -135,7 +135,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 
 	var out, errb bytes.Buffer
 	dir := t.TempDir()
-	opts := cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Lab: lab, Name: "lab1", Mgmt: mgmt,
+	opts := cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb, InTTY: true, ErrTTY: true}, Lab: lab, Name: "lab1", Mgmt: mgmt,
 		KubeconfigDir: dir, Timeout: time.Minute, Verbose: 1}
 	began := time.Now()
 	if err := cluster.Create(ctx, opts); err != nil {

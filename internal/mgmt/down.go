@@ -1,7 +1,6 @@
 package mgmt
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -98,9 +97,11 @@ func Down(ctx context.Context, o DownOptions) error {
 		if len(workloads) > 0 {
 			q = fmt.Sprintf("Delete %d workload cluster(s), then stop and delete these %d VM(s) with their disks?", len(workloads), len(vms))
 		}
-		fmt.Fprintf(o.IO.Err, "%s [y/N] ", q)
-		answer, _ := bufio.NewReader(o.IO.In).ReadString('\n')
-		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		ok, err := o.IO.Confirm(q, "")
+		if err != nil {
+			return err
+		}
+		if !ok {
 			return ErrAborted
 		}
 	}

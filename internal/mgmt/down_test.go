@@ -37,7 +37,7 @@ func downBed(t *testing.T) (*pvetest.Server, config.Request) {
 
 func down(t *testing.T, req config.Request, answer string, dry, yes bool) (string, error) {
 	var out bytes.Buffer
-	err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out}, Request: req, DryRun: dry, Yes: yes})
+	err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out, InTTY: true, ErrTTY: true}, Request: req, DryRun: dry, Yes: yes})
 	return out.String(), err
 }
 
@@ -147,7 +147,7 @@ func TestDownRefusesWhileClustersExist(t *testing.T) {
 	clRef := kube.Ref{GVK: cluster.ClusterGVK, Namespace: "lab1", Name: "lab1"}
 	run := func(answer string, dry, deleteClusters bool) (string, error) {
 		var out bytes.Buffer
-		err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out}, Request: req,
+		err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out, InTTY: true, ErrTTY: true}, Request: req,
 			DryRun: dry, Yes: answer == "", DeleteClusters: deleteClusters, Timeout: 30 * time.Second})
 		return out.String(), err
 	}
