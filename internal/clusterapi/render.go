@@ -102,7 +102,7 @@ func Namespace(cluster string) string { return cluster }
 // Render builds the objects of one cluster of the lab. The lab must be
 // defaulted and valid (config.Load does both).
 func Render(in Input) (*Rendered, error) {
-	c, err := findCluster(in.Lab, in.Cluster)
+	c, err := FindCluster(in.Lab, in.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +110,9 @@ func Render(in Input) (*Rendered, error) {
 	return r.render()
 }
 
-func findCluster(lab *config.Lab, name string) (*config.Cluster, error) {
+// FindCluster returns the lab's cluster called name, or an error listing
+// the clusters it has.
+func FindCluster(lab *config.Lab, name string) (*config.Cluster, error) {
 	var names []string
 	for i := range lab.Clusters {
 		if lab.Clusters[i].Name == name {

@@ -49,17 +49,20 @@ type Installer interface {
 // ErrNoInstaller means this build cannot run mgmt install yet.
 var ErrNoInstaller = errors.New("'labctl mgmt install' is not available in this build, so the management stack was not installed")
 
-// OpenFunc opens the driver of a hypervisor of the lab.
-type OpenFunc func(ctx context.Context, lab *config.Lab, hypervisor string) (hypervisor.Driver, error)
+// DriverFunc opens the driver of the lab's hypervisor called name (the
+// command factory's Driver; tests hand in their own).
+type DriverFunc func(ctx context.Context, name string) (hypervisor.Driver, error)
 
 // UpOptions are the inputs of 'labctl mgmt up'.
 type UpOptions struct {
-	IO      *ui.IO
-	Request config.Request
+	IO *ui.IO
+	// Lab is the loaded lab, and Source where it was read from.
+	Lab     *config.Lab
+	Source  config.Source
 	DryRun  bool
 	Verbose int
-	// Open defaults to drivers.Open.
-	Open OpenFunc
+	// Driver opens the management hypervisor.
+	Driver DriverFunc
 	// Installer runs mgmt install; nil makes that step fail with
 	// ErrNoInstaller, after everything before it is done.
 	Installer Installer
@@ -70,16 +73,9 @@ type UpOptions struct {
 
 // Up loads the lab, opens its management hypervisor and runs the steps.
 func Up(ctx context.Context, o UpOptions) error {
-	lab, src, err := config.Load(ctx, o.Request)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(o.IO.Err, "lab %s (%s), management VM %s on hypervisor %s\n", lab.Metadata.Name, src, lab.Management.Name, lab.Management.Hypervisor)
-	open := o.Open
-	if open == nil {
-		open = drivers.Open
-	}
-	drv, err := open(ctx, lab, lab.Management.Hypervisor)
+	lab := o.Lab
+	fmt.Fprintf(o.IO.Err, "lab %s (%s), management VM %s on hypervisor %s\n", lab.Metadata.Name, o.Source, lab.Management.Name, lab.Management.Hypervisor)
+	drv, err := o.Driver(ctx, lab.Management.Hypervisor)
 	if err != nil {
 		return err
 	}
