@@ -277,6 +277,8 @@ func TestMgmtInstallFlagErrorsAreUsageErrors(t *testing.T) {
 		{[]string{"mgmt", "install", "--timeout", "0s"}, "--timeout 0s: must be more than 0"},
 		{[]string{"mgmt", "install", "-o", "toml"}, `--output "toml": must be one of text, json, yaml`},
 		{[]string{"mgmt", "status", "-o", "toml"}, `--output "toml": must be one of text, json, yaml`},
+		{[]string{"mgmt", "install", "-o", "json"}, "-o json prints the objects of a dry run; add --dry-run"},
+		{[]string{"cluster", "create", "lab1", "-o", "json"}, "-o yaml/json prints the objects; use it with --dry-run"},
 	} {
 		code, _, errOut := run(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "--help' for usage") {
@@ -317,6 +319,13 @@ func TestScaleTestDryRunAndUsage(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry-run output lacks %q:\n%s", want, out)
 		}
+	}
+	// Only the cluster's entry in lab.yaml is read: no render, so no SSH
+	// key is needed (the example's ~/.ssh/id_ed25519.pub is missing here).
+	t.Setenv("HOME", t.TempDir())
+	code, out, errOut = run(t, "", "scale-test", "lab1", "-c", "../examples/lab.yaml", "--dry-run")
+	if code != 0 || !strings.Contains(out, "scale-test would:") {
+		t.Errorf("scale-test --dry-run without the SSH key: exit %d\n%s%s", code, out, errOut)
 	}
 	code, _, errOut = run(t, "", "scale-test", "lab1", "-c", lab, "--scenario", "sideways")
 	if code != 2 || !strings.Contains(errOut, `--scenario "sideways": must be one of up, down, from-zero, all`) {

@@ -62,6 +62,9 @@ comes from, never the value.`,
 			if err := checkOutput(out); err != nil {
 				return err
 			}
+			if out != "text" && !dryRun {
+				return usageError{fmt.Errorf("-o %s prints the objects of a dry run; add --dry-run", out)}
+			}
 			if !slices.Contains(mgmt.ChartModes, mgmt.ChartMode(mode)) {
 				return usageError{fmt.Errorf("--charts %q: must be one of auto, helm-controller, helm-sdk", mode)}
 			}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -172,8 +171,7 @@ type createRun struct {
 	cilium *Cilium
 	path   string // where the workload kubeconfig is written
 
-	mu         sync.Mutex
-	kubeconfig []byte // CAPI's, once it was found
+	kubeconfig step.Found[[]byte] // CAPI's, once it exists
 }
 
 func newCreateRun(o Options) (*createRun, error) {
@@ -196,20 +194,15 @@ func newCreateRun(o Options) (*createRun, error) {
 // <cluster>-kubeconfig secret, read once it exists; found is false while
 // CAPI has not made it yet (always so in a dry run of a new cluster).
 func (c *createRun) workloadKubeconfig(ctx context.Context) (data []byte, found bool, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.kubeconfig != nil {
-		return c.kubeconfig, true, nil
-	}
-	ns, name := c.r.Namespace, c.r.Name
-	_, found, err = c.o.Mgmt.Get(ctx, kube.Ref{GVK: secretGVK, Namespace: ns, Name: clusterapi.KubeconfigSecret(name)})
-	if err != nil || !found {
-		return nil, false, err
-	}
-	if c.kubeconfig, err = readKubeconfig(ctx, c.o.Mgmt, ns, name); err != nil {
-		return nil, false, err
-	}
-	return c.kubeconfig, true, nil
+	return c.kubeconfig.Get(ctx, func(ctx context.Context) ([]byte, bool, error) {
+		ns, name := c.r.Namespace, c.r.Name
+		_, found, err := c.o.Mgmt.Get(ctx, kube.Ref{GVK: secretGVK, Namespace: ns, Name: clusterapi.KubeconfigSecret(name)})
+		if err != nil || !found {
+			return nil, false, err
+		}
+		data, err := readKubeconfig(ctx, c.o.Mgmt, ns, name)
+		return data, err == nil, err
+	})
 }
 
 // steps are create's steps in order, appended as the cluster calls for

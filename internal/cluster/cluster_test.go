@@ -143,7 +143,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		t.Fatalf("create: %v\n%s", err, errb.String())
 	}
 	t.Logf("create output:\n%s", errb.String())
-	realSteps := stepNames(errb.String())
+	realSteps := ui.Started(errb.String())
 	t.Logf("create took %s against the stand-in controllers", time.Since(began).Round(time.Millisecond))
 	for _, want := range []string{"apply cluster lab1", "wait for infrastructure provisioned", "wait for control plane initialized",
 		"wait for kubeconfig secret lab1-kubeconfig", "install Cilium " + pins.Cilium, "apply cluster-autoscaler"} {
@@ -467,7 +467,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		}
 		// The plan names exactly the steps a real run takes, in order:
 		// the waits too, which a dry run only says it would run.
-		if got := stepNames(errb.String()); !slices.Equal(got, realSteps) {
+		if got := ui.Started(errb.String()); !slices.Equal(got, realSteps) {
 			t.Errorf("create --dry-run lists steps\n  %s\nbut create ran\n  %s", strings.Join(got, "\n  "), strings.Join(realSteps, "\n  "))
 		}
 		for _, want := range []string{"would: create ProxmoxMachineTemplate lab1/lab1-worker-8g-", "would: update MachineDeployment lab1/lab1-workers",
@@ -701,16 +701,4 @@ func TestCreateChecksPrerequisitesBeforeWriting(t *testing.T) {
 			}
 		})
 	}
-}
-
-// stepNames are the steps a run started, in order, from its plain output
-// ("• name ..." lines).
-func stepNames(out string) []string {
-	var names []string
-	for _, l := range strings.Split(out, "\n") {
-		if rest, ok := strings.CutPrefix(l, ui.SymbolPending+" "); ok {
-			names = append(names, strings.TrimSuffix(rest, " ..."))
-		}
-	}
-	return names
 }

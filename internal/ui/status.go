@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -271,6 +272,19 @@ var numbers = regexp.MustCompile(`[0-9]+(\.[0-9]+)?`)
 // shape is msg with its numbers blanked, so counters do not count as new text.
 func shape(msg string) string {
 	return numbers.ReplaceAllString(msg, "#")
+}
+
+// Started lists the steps a plain (not animated) status stream started,
+// in order, from its "• name ..." lines at any nesting. Tests compare a
+// dry run's steps with a real run's through it.
+func Started(plain string) []string {
+	var names []string
+	for _, l := range strings.Split(plain, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimLeft(l, " "), SymbolPending+" "); ok {
+			names = append(names, strings.TrimSuffix(rest, " ..."))
+		}
+	}
+	return names
 }
 
 // Duration formats d for people: 340ms, 1.2s, 1m02s, 1h02m03s.
