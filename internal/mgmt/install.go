@@ -87,7 +87,7 @@ func Install(ctx context.Context, o InstallOptions) error {
 		return err
 	}
 	if o.DryRun {
-		fmt.Fprintln(o.IO.Err, "Dry run: nothing is applied.")
+		step.Println(ctx, o.IO.Err, "Dry run: nothing is applied.")
 	}
 	runner := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
 	if err := runner.Run(ctx, in.steps()); err != nil {
@@ -149,7 +149,7 @@ func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
 	if in.mode == HelmController {
 		how = "k3s's helm-controller (HelmChart objects)"
 	}
-	fmt.Fprintf(o.IO.Err, "Management stack onto %s (Kubernetes %s), charts through %s\n", kc.Host(), v.GitVersion, how)
+	step.Println(ctx, o.IO.Err, fmt.Sprintf("Management stack onto %s (Kubernetes %s), charts through %s", kc.Host(), v.GitVersion, how))
 	return in, nil
 }
 

@@ -81,6 +81,7 @@ func TestNestedRunnerOnATerminal(t *testing.T) {
 	io := &ui.IO{Err: term, ErrTTY: true, Animate: true}
 	var innerStart, innerEnd int
 	inner := func(ctx context.Context) error {
+		step.Println(ctx, io.Err, "Management stack onto https://10.0.0.5:6443")
 		innerStart = len(term.stream())
 		err := (&step.Runner{IO: io}).Run(ctx, []step.Step{
 			{Name: "install cert-manager", Apply: func(ctx context.Context) error {
@@ -106,6 +107,7 @@ func TestNestedRunnerOnATerminal(t *testing.T) {
 	}
 	want := []string{
 		"✓ store the kubeconfig",
+		"  Management stack onto https://10.0.0.5:6443",
 		"  ✓ install cert-manager",
 		"  ✓ install the operator (up to date)",
 		"✓ mgmt install",

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/labctl/labctl/internal/ui"
@@ -152,6 +153,17 @@ type reporterKey struct{}
 
 // statusKey holds the running step's status line, for nested runners.
 type statusKey struct{}
+
+// Println prints a notice line to w, or, inside a running step, under
+// that step's line so a spinner is never drawn over it (mgmt install's
+// "Management stack onto ..." under mgmt up's "mgmt install" step).
+func Println(ctx context.Context, w io.Writer, line string) {
+	if st, ok := ctx.Value(statusKey{}).(*ui.Status); ok {
+		st.Println(line)
+		return
+	}
+	_, _ = fmt.Fprintln(w, line)
+}
 
 // Progress updates the running step's status line from inside Plan or
 // Apply, e.g. Progress(ctx, "waiting for k3s API (%s)", elapsed). Without a

@@ -62,6 +62,22 @@ func (st *Status) Nest(parent *Status) {
 	st.indent = parent.indent + "  "
 }
 
+// Println prints line under the running step, above its spinner, which
+// is drawn again below it: a notice from inside a step never lands on
+// the spinner's row.
+func (st *Status) Println(line string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	drawn := st.active && st.animate && !st.paused
+	if drawn {
+		st.write(clearLine)
+	}
+	st.write(st.indent + "  " + line + "\n")
+	if drawn {
+		st.draw()
+	}
+}
+
 // Indent is what leads st's lines, for text printed under its steps.
 func (st *Status) Indent() string { return st.indent }
 
