@@ -106,7 +106,7 @@ func (f *Factory) mgmt(ctx context.Context) (*kube.Client, error) {
 			return nil, err
 		}
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w for lab %q (no kubeconfig at %s): run 'labctl mgmt up', or name a cluster with --kubeconfig", mgmt.ErrNoManagement, lab.Metadata.Name, path)
+			return nil, mgmt.NoManagementAt(lab.Metadata.Name, path)
 		}
 	}
 	c, err := f.Connect(path)

@@ -20,8 +20,20 @@ import (
 )
 
 // ErrNoManagement means the lab has no management cluster yet: no
-// --kubeconfig was given and mgmt up has stored none.
+// --kubeconfig was given and mgmt up has stored none. NoManagementAt's
+// errors match it.
 var ErrNoManagement = errors.New("no management cluster yet")
+
+// NoManagementAt is the error for lab having no kubeconfig stored at path.
+func NoManagementAt(lab, path string) error { return noManagement{lab, path} }
+
+type noManagement struct{ lab, path string }
+
+func (e noManagement) Error() string {
+	return fmt.Sprintf("no management cluster for lab %q yet (no kubeconfig at %s): run 'labctl mgmt up', or name a cluster with --kubeconfig", e.lab, e.path)
+}
+
+func (e noManagement) Is(target error) bool { return target == ErrNoManagement }
 
 // ErrAborted means the user answered no; nothing was changed.
 var ErrAborted = errors.New("aborted: nothing was deleted")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,7 +57,7 @@ func storedMgmt(lab *config.Lab) func(context.Context) (*kube.Client, error) {
 			return nil, err
 		}
 		if _, err := os.Stat(p); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrNoManagement, err)
+			return nil, NoManagementAt(lab.Metadata.Name, p)
 		}
 		return kube.Connect(p)
 	}
