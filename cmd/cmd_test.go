@@ -13,16 +13,36 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/labctl/labctl/internal/cmdutil"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
 )
 
-// run executes labctl in-process with buffers, as a user's shell would.
+// run executes labctl in-process with buffers, as a user's shell would
+// with every stream redirected.
 func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runOn(t, terminal{}, stdin, nil, args...)
+}
+
+// terminal says which streams are terminals, and whether colour is
+// allowed (no NO_COLOR, TERM not dumb), as ui.System would find them.
+type terminal struct {
+	in, out, err, color bool
+}
+
+// runOn executes labctl in-process over fake streams: each is a terminal
+// or not as term says. fake, when set, swaps factory functions for fakes.
+func runOn(t *testing.T, term terminal, stdin string, fake func(*cmdutil.Factory), args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	io := &ui.IO{In: strings.NewReader(stdin), Out: &out, Err: &errb}
-	code = Run(context.Background(), io, args)
+	io := &ui.IO{In: strings.NewReader(stdin), Out: &out, Err: &errb,
+		InTTY: term.in, OutTTY: term.out, ErrTTY: term.err, Color: term.color}
+	f := cmdutil.New(io, &cmdutil.Settings{})
+	if fake != nil {
+		fake(f)
+	}
+	code = Run(context.Background(), f, args)
 	return code, out.String(), errb.String()
 }
 
@@ -70,10 +90,13 @@ func TestVersionText(t *testing.T) {
 }
 
 func TestHelpTeaches(t *testing.T) {
-	root := NewRoot(&ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}})
+	root := NewRoot(cmdutil.New(&ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}}, &cmdutil.Settings{}))
 	for _, c := range allCommands(root) {
 		if c.Short == "" {
 			t.Errorf("%s has no short help", c.CommandPath())
+		}
+		if c.Example == "" {
+			t.Errorf("%s has no examples", c.CommandPath())
 		}
 		code, out, _ := run(t, "", append(strings.Fields(c.CommandPath())[1:], "--help")...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
@@ -229,19 +252,7 @@ func TestConfigInit(t *testing.T) {
 }
 
 func TestClusterCreateDryRunPrintsObjects(t *testing.T) {
-	dir := t.TempDir()
-	key := filepath.Join(dir, "id.pub")
-	if err := os.WriteFile(key, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile("../examples/lab.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lab := filepath.Join(dir, "lab.yaml")
-	if err := os.WriteFile(lab, []byte(strings.Replace(string(data), "~/.ssh/id_ed25519.pub", key, 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	lab := testLab(t)
 	code, out, errOut := run(t, "", "cluster", "create", "lab1", "-c", lab, "--dry-run", "-o", "yaml")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -266,6 +277,8 @@ func TestMgmtInstallFlagErrorsAreUsageErrors(t *testing.T) {
 		{[]string{"mgmt", "install", "--timeout", "0s"}, "--timeout 0s: must be more than 0"},
 		{[]string{"mgmt", "install", "-o", "toml"}, `--output "toml": must be one of text, json, yaml`},
 		{[]string{"mgmt", "status", "-o", "toml"}, `--output "toml": must be one of text, json, yaml`},
+		{[]string{"mgmt", "install", "-o", "json"}, "-o json prints the objects of a dry run; add --dry-run"},
+		{[]string{"cluster", "create", "lab1", "-o", "json"}, "-o yaml/json prints the objects; use it with --dry-run"},
 	} {
 		code, _, errOut := run(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "--help' for usage") {
@@ -296,19 +309,7 @@ func TestMgmtHelpTeaches(t *testing.T) {
 }
 
 func TestScaleTestDryRunAndUsage(t *testing.T) {
-	dir := t.TempDir()
-	key := filepath.Join(dir, "id.pub")
-	if err := os.WriteFile(key, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile("../examples/lab.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lab := filepath.Join(dir, "lab.yaml")
-	if err := os.WriteFile(lab, []byte(strings.Replace(string(data), "~/.ssh/id_ed25519.pub", key, 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	lab := testLab(t)
 	// --dry-run needs no cluster: it only says what would happen.
 	code, out, errOut := run(t, "", "scale-test", "lab1", "-c", lab, "--dry-run", "--chart", "lab1.svg")
 	if code != 0 {
@@ -319,6 +320,13 @@ func TestScaleTestDryRunAndUsage(t *testing.T) {
 			t.Errorf("dry-run output lacks %q:\n%s", want, out)
 		}
 	}
+	// Only the cluster's entry in lab.yaml is read: no render, so no SSH
+	// key is needed (the example's ~/.ssh/id_ed25519.pub is missing here).
+	t.Setenv("HOME", t.TempDir())
+	code, out, errOut = run(t, "", "scale-test", "lab1", "-c", "../examples/lab.yaml", "--dry-run")
+	if code != 0 || !strings.Contains(out, "scale-test would:") {
+		t.Errorf("scale-test --dry-run without the SSH key: exit %d\n%s%s", code, out, errOut)
+	}
 	code, _, errOut = run(t, "", "scale-test", "lab1", "-c", lab, "--scenario", "sideways")
 	if code != 2 || !strings.Contains(errOut, `--scenario "sideways": must be one of up, down, from-zero, all`) {
 		t.Errorf("bad scenario: exit %d, %s", code, errOut)
@@ -328,7 +336,7 @@ func TestScaleTestDryRunAndUsage(t *testing.T) {
 		t.Errorf("unknown cluster: exit %d, %s", code, errOut)
 	}
 	// Without a management cluster it says how to get one.
-	code, _, errOut = run(t, "", "scale-test", "lab1", "-c", lab, "--kubeconfig", filepath.Join(dir, "missing"))
+	code, _, errOut = run(t, "", "scale-test", "lab1", "-c", lab, "--kubeconfig", filepath.Join(t.TempDir(), "missing"))
 	if code != 1 || !strings.Contains(errOut, "does not exist") {
 		t.Errorf("no management cluster: exit %d, %s", code, errOut)
 	}

@@ -1,19 +1,12 @@
 package cmd
 
 import (
-	"errors"
-
 	"github.com/spf13/cobra"
 
-	"github.com/labctl/labctl/internal/app"
-	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/cmdutil"
 )
 
-func (g *Globals) configRequest() config.Request {
-	return config.Request{Path: g.Config, Explicit: g.configExplicit, Stdin: g.IO.In}
-}
-
-func newConfigCmd(g *Globals) *cobra.Command {
+func newConfigCmd(f *cmdutil.Factory) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "config",
 		Short: "Write, check and show lab.yaml",
@@ -24,62 +17,8 @@ else ./lab.yaml, else its built-in one-machine example (local-kvm).
 
 Secrets never go in the file: it names the environment variable or file that
 holds each one.`,
+		Example: "  labctl config init\n  labctl config validate",
 	}
-
-	var initOpts changeFlags
-	var force bool
-	initCmd := &cobra.Command{
-		Use:   "init",
-		Short: "Write a commented starter lab.yaml",
-		Long: `Write a commented starter lab.yaml to the --config path (./lab.yaml by
-default, - for stdout). An existing file is left alone unless --force.`,
-		Example: "  labctl config init\n  labctl config init -c ~/lab/lab.yaml\n  labctl config init -c - | less",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return app.ConfigInit(app.ConfigInitOptions{IO: g.IO, Path: g.Config, Force: force, DryRun: initOpts.DryRun})
-		},
-	}
-	initCmd.Flags().BoolVar(&force, "force", false, "overwrite an existing file")
-	addChangeFlags(initCmd, &initOpts)
-
-	validateCmd := &cobra.Command{
-		Use:   "validate",
-		Short: "Check lab.yaml and report every problem at once",
-		Long: `Check lab.yaml: strict fields, types, addresses, references and secrets.
-Every problem is reported at once with its file, line, field path and fix.
-Exits 0 when valid, 1 when not.`,
-		Example: "  labctl config validate -c examples/lab.yaml\n  labctl config view | labctl config validate -c -",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			err := app.ConfigValidate(cmd.Context(), app.ConfigValidateOptions{IO: g.IO, Request: g.configRequest()})
-			if errors.Is(err, app.ErrInvalid) {
-				return codeError{exitError}
-			}
-			return err
-		},
-	}
-
-	var viewOut string
-	viewCmd := &cobra.Command{
-		Use:   "view",
-		Short: "Print lab.yaml with every default filled in",
-		Long: `Print the fully defaulted lab config. Secrets appear only as the env/file
-references lab.yaml holds. The output is itself a valid lab.yaml, so it can
-be saved or piped back in; which source was read goes to stderr.`,
-		Example: "  labctl config view -c examples/lab.yaml\n  labctl config view -o json",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if viewOut == "text" {
-				viewOut = "yaml"
-			}
-			if err := checkOutput(viewOut); err != nil {
-				return err
-			}
-			return app.ConfigView(cmd.Context(), app.ConfigViewOptions{IO: g.IO, Request: g.configRequest(), Output: viewOut})
-		},
-	}
-	viewCmd.Flags().StringVarP(&viewOut, "output", "o", "yaml", "output format: yaml or json")
-
-	c.AddCommand(initCmd, validateCmd, viewCmd)
+	c.AddCommand(newConfigInitCmd(f), newConfigValidateCmd(f), newConfigViewCmd(f))
 	return c
 }

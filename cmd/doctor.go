@@ -5,10 +5,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/labctl/labctl/internal/cmdutil"
 	"github.com/labctl/labctl/internal/doctor"
 )
 
-func newDoctorCmd(g *Globals) *cobra.Command {
+func newDoctorCmd(f *cmdutil.Factory) *cobra.Command {
 	var out string
 	var skipHV bool
 	c := &cobra.Command{
@@ -48,11 +49,8 @@ Each check is ok, warn or fail. labctl doctor exits 1 when any check fails.`,
 				return err
 			}
 			_, err := doctor.Run(cmd.Context(), doctor.Options{
-				IO:              g.IO,
-				Output:          out,
-				Request:         g.configRequest(),
-				Kubeconfig:      g.Kubeconfig,
-				SkipHypervisors: skipHV,
+				IO: f.IO, Output: out, LoadLab: f.Lab,
+				Kubeconfig: f.Settings.Kubeconfig, SkipHypervisors: skipHV,
 			})
 			if errors.Is(err, doctor.ErrFailed) {
 				return codeError{exitError}

@@ -2,36 +2,39 @@ package cmd
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/labctl/labctl/internal/ui"
 )
 
-// output formats for -o.
-var outputFormats = []string{"text", "json", "yaml"}
-
-// addOutputFlag adds -o to a command that prints data.
+// addOutputFlag adds -o (text, json or yaml) to a command that prints data.
 func addOutputFlag(c *cobra.Command, dst *string) {
 	c.Flags().StringVarP(dst, "output", "o", "text", "output format: text, json or yaml")
-	_ = c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
+	completeOutput(c, ui.Formats...)
 }
 
 // checkOutput rejects an -o value labctl cannot print.
-func checkOutput(format string) error {
-	for _, f := range outputFormats {
+func checkOutput(format string, allowed ...string) error {
+	if len(allowed) == 0 {
+		allowed = ui.Formats
+	}
+	for _, f := range allowed {
 		if f == format {
 			return nil
 		}
 	}
-	return usageError{fmt.Errorf("--output %q: must be one of text, json, yaml", format)}
+	return usageError{fmt.Errorf("--output %q: must be one of %s", format, strings.Join(allowed, ", "))}
 }
 
-// changeFlags are what every command that changes anything takes.
-type changeFlags struct {
-	DryRun bool
-	Yes    bool
+// addDryRunFlag adds --dry-run to a command that changes something.
+func addDryRunFlag(c *cobra.Command, dst *bool) {
+	c.Flags().BoolVar(dst, "dry-run", false, "show what would change, change nothing")
 }
 
-func addChangeFlags(c *cobra.Command, f *changeFlags) {
-	c.Flags().BoolVar(&f.DryRun, "dry-run", false, "show what would change, change nothing")
-	c.Flags().BoolVarP(&f.Yes, "yes", "y", false, "do not ask for confirmation")
+// addYesFlag adds --yes to a command that asks before it deletes: only
+// there, so --yes never silently means nothing.
+func addYesFlag(c *cobra.Command, dst *bool) {
+	c.Flags().BoolVarP(dst, "yes", "y", false, "do not ask for confirmation (needed when stdin is not a terminal)")
 }

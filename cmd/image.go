@@ -3,10 +3,10 @@ package cmd
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/labctl/labctl/internal/imagebuild"
+	"github.com/labctl/labctl/internal/cmdutil"
 )
 
-func newImageCmd(g *Globals) *cobra.Command {
+func newImageCmd(f *cmdutil.Factory) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "image",
 		Short: "Build and list node VM templates",
@@ -17,63 +17,8 @@ create' finds them by tag without any state file.
 
 Images are built on Proxmox hypervisors only. Images for libvirt hosts come
 in a later release.`,
+		Example: "  labctl image build --image-builder ~/src/image-builder\n  labctl image list",
 	}
-	var build changeFlags
-	var builderDir, listOut string
-	buildCmd := &cobra.Command{
-		Use:   "build [NAME]",
-		Short: "Build the images in lab.yaml (all of them without NAME)",
-		Long: `Build each image in lab.yaml (or only NAME) with image-builder's Proxmox
-target (build-proxmox-<os>, e.g. build-proxmox-ubuntu-2404), then tag the
-template on Proxmox.
-
-labctl writes a Packer variable file (Kubernetes version, node, storage
-pools, bridge, VLAN, vmid) and hands it to image-builder through
-PACKER_VAR_FILES. The Proxmox URL, token ID and token secret reach the build
-only through the child's environment (PROXMOX_URL, PROXMOX_USERNAME,
-PROXMOX_TOKEN, ...); the secret is scrubbed from everything shown or logged.
-The full log goes to $XDG_CONFIG_HOME/labctl/<lab>/images/<name>-<time>.log
-(mode 0600).
-
-image-builder is a checkout of kubernetes-sigs/image-builder at the pinned
-tag ('labctl version' lists it), given by --image-builder or
-images[].imageBuilder. It needs make, python3, ansible-playbook and the
-packer version it pins ('make deps-proxmox' in images/capi installs them).
-
-An image whose template already carries its tags is up to date. --dry-run
-prints the variable file, the names of the environment variables (never
-their values) and the exact command, and builds nothing.
-
-Images for libvirt hosts come in a later release.`,
-		Example: `  labctl image build --image-builder ~/src/image-builder
-  labctl image build ubuntu-2404-kube --dry-run`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o := imagebuild.BuildOptions{IO: g.IO, Request: g.configRequest(), ImageBuilder: builderDir,
-				DryRun: build.DryRun, Verbose: g.Verbose}
-			if len(args) == 1 {
-				o.Name = args[0]
-			}
-			return imagebuild.Build(cmd.Context(), o)
-		},
-	}
-	addChangeFlags(buildCmd, &build)
-	buildCmd.Flags().StringVar(&builderDir, "image-builder", "", "kubernetes-sigs/image-builder checkout at the pinned tag (overrides images[].imageBuilder)")
-	_ = buildCmd.MarkFlagDirname("image-builder")
-	listCmd := &cobra.Command{
-		Use:   "list",
-		Short: "List the templates on the hypervisors with their tags",
-		Long: `List the VM templates tagged "labctl" on every Proxmox hypervisor in
-lab.yaml, with their image name, Kubernetes version and tags.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(listOut); err != nil {
-				return err
-			}
-			return imagebuild.List(cmd.Context(), imagebuild.ListOptions{IO: g.IO, Request: g.configRequest(), Output: listOut})
-		},
-	}
-	addOutputFlag(listCmd, &listOut)
-	c.AddCommand(buildCmd, listCmd)
+	c.AddCommand(newImageBuildCmd(f), newImageListCmd(f))
 	return c
 }

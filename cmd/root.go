@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"github.com/labctl/labctl/internal/cmdutil"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/ui"
 )
@@ -36,18 +37,6 @@ func (s signalled) Error() string { return "interrupted by " + s.sig.String() }
 // usageError is a mistake in how labctl was called.
 type usageError struct{ error }
 
-// Globals are the flags every command shares.
-type Globals struct {
-	IO         *ui.IO
-	Config     string
-	Kubeconfig string
-	Verbose    int
-	NoColor    bool
-
-	// configExplicit is true when the user named a config file.
-	configExplicit bool
-}
-
 // Main runs labctl with the process's arguments and returns the exit code.
 func Main() int {
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -61,16 +50,22 @@ func Main() int {
 		}
 	}()
 	kube.CancelDialsOn(ctx)
-	return Run(ctx, ui.System(), os.Args[1:])
+	io := ui.System()
+	return Run(ctx, cmdutil.New(io, &cmdutil.Settings{}), os.Args[1:])
 }
 
-// Run executes one labctl invocation; tests call it with their own streams.
-func Run(ctx context.Context, io *ui.IO, args []string) int {
-	root := NewRoot(io)
+// Run executes one labctl invocation over f; tests hand in a Factory
+// with their own streams, and fakes where they need them.
+func Run(ctx context.Context, f *cmdutil.Factory, args []string) int {
+	io := f.IO
+	root := NewRoot(f)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
+	}
+	if cmd == nil {
+		cmd = root
 	}
 	var code codeError
 	switch {
@@ -89,7 +84,7 @@ func Run(ctx context.Context, io *ui.IO, args []string) int {
 	fmt.Fprintf(io.Err, "Error: %s\n", err)
 	var usage usageError
 	if errors.As(err, &usage) {
-		fmt.Fprintf(io.Err, "Run '%s --help' for usage.\n", root.CommandPath())
+		fmt.Fprintf(io.Err, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return exitUsage
 	}
 	return exitError
@@ -100,9 +95,11 @@ type codeError struct{ code int }
 
 func (e codeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
-// NewRoot builds the whole command tree over the given streams.
-func NewRoot(io *ui.IO) *cobra.Command {
-	g := &Globals{IO: io}
+// NewRoot builds the whole command tree over f. The global flags are
+// read into f.Settings before any command runs.
+func NewRoot(f *cmdutil.Factory) *cobra.Command {
+	io, g := f.IO, f.Settings
+	var noColor bool
 	v := viper.New()
 	v.SetEnvPrefix("LABCTL")
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
@@ -125,16 +122,20 @@ Start here:
   labctl mgmt up                  create the management VM and install the stack
   labctl cluster create lab1      create a workload cluster
 
-Without a lab.yaml, labctl uses its built-in one-machine lab (local-kvm).`,
+Without a lab.yaml, labctl uses its built-in one-machine lab (local-kvm).
+
+Exit codes: 0 done, 1 failed, 2 usage error (unknown command or flag, wrong
+arguments), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).`,
+		Example:       "  labctl config init\n  labctl mgmt up --dry-run\n  labctl cluster create lab1",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			// Flags win over LABCTL_* variables, which win over defaults.
 			g.Config = v.GetString("config")
 			g.Kubeconfig = v.GetString("kubeconfig")
-			g.configExplicit = cmd.Flags().Changed("config") || os.Getenv("LABCTL_CONFIG") != ""
-			if g.NoColor {
-				g.IO.Plain()
+			g.ConfigExplicit = cmd.Flags().Changed("config") || os.Getenv("LABCTL_CONFIG") != ""
+			if noColor {
+				io.Plain()
 			}
 			return nil
 		},
@@ -148,7 +149,7 @@ Without a lab.yaml, labctl uses its built-in one-machine lab (local-kvm).`,
 	pf.StringVarP(&g.Config, "config", "c", "./lab.yaml", "lab config file, or - to read stdin (env LABCTL_CONFIG)")
 	pf.StringVar(&g.Kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: the one labctl stored for this lab; env LABCTL_KUBECONFIG)")
 	pf.CountVarP(&g.Verbose, "verbose", "v", "print more detail; repeat for more")
-	pf.BoolVar(&g.NoColor, "no-color", false, "plain output without colour or animation (also NO_COLOR)")
+	pf.BoolVar(&noColor, "no-color", false, "plain output without colour or animation (also NO_COLOR)")
 	_ = v.BindPFlag("config", pf.Lookup("config"))
 	_ = v.BindPFlag("kubeconfig", pf.Lookup("kubeconfig"))
 
@@ -156,15 +157,54 @@ Without a lab.yaml, labctl uses its built-in one-machine lab (local-kvm).`,
 		&cobra.Group{ID: "lab", Title: "Lab commands:"},
 		&cobra.Group{ID: "setup", Title: "Setup and inspection:"},
 	)
-	for _, c := range []*cobra.Command{newMgmtCmd(g), newImageCmd(g), newClusterCmd(g), newScaleTestCmd(g)} {
+	for _, c := range []*cobra.Command{newMgmtCmd(f), newImageCmd(f), newClusterCmd(f), newScaleTestCmd(f)} {
 		c.GroupID = "lab"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newConfigCmd(g), newDoctorCmd(g), newVersionCmd(g)} {
+	for _, c := range []*cobra.Command{newConfigCmd(f), newDoctorCmd(f), newVersionCmd(f)} {
 		c.GroupID = "setup"
 		root.AddCommand(c)
 	}
 	root.SetHelpCommandGroupID("setup")
 	root.SetCompletionCommandGroupID("setup")
+	usageErrors(root)
 	return root
+}
+
+// usageErrors makes every argument mistake a usage error (exit 2, with a
+// pointer to --help). A command that only groups others (labctl cluster)
+// prints its help when called alone, and refuses an unknown subcommand:
+// cobra would print the help and exit 0 for 'labctl cluster delte'.
+func usageErrors(c *cobra.Command) {
+	if c.HasSubCommands() && c.RunE == nil && c.Run == nil {
+		c.Args = unknownSubcommand
+		c.SuggestionsMinimumDistance = 2 // cobra's default for the root
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
+	if c.Args == nil {
+		c.Args = cobra.NoArgs
+	}
+	check := c.Args
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+	for _, sub := range c.Commands() {
+		usageErrors(sub)
+	}
+}
+
+// unknownSubcommand names the unknown subcommand and what was meant, as
+// cobra does for the root command.
+func unknownSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return errors.New(msg)
 }

@@ -1,21 +1,17 @@
 package cmd
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
-	"github.com/labctl/labctl/internal/kube"
 	"github.com/spf13/cobra"
 
-	"github.com/labctl/labctl/internal/cluster"
-	"github.com/labctl/labctl/internal/clusterapi"
-	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/cmdutil"
 	"github.com/labctl/labctl/internal/scaletest"
 )
 
-func newScaleTestCmd(g *Globals) *cobra.Command {
-	var change changeFlags
+func newScaleTestCmd(f *cmdutil.Factory) *cobra.Command {
+	var dryRun bool
 	var out, scenario, chart string
 	c := &cobra.Command{
 		Use:   "scale-test CLUSTER",
@@ -31,9 +27,12 @@ Phases: up (from 1 worker to 3: inflate grows from 1 pod to as many as
 workload until the workers are gone) and from-zero (1 pod on a cluster
 with no workers).
 Each is timed against scaleTest.timeouts; a failed phase says where its
-timeline stopped. The workload is always removed, also on Ctrl-C.`,
-		Example: "  labctl scale-test lab1\n  labctl scale-test lab1 --scenario from-zero -o json --chart lab1.png",
-		Args:    cobra.ExactArgs(1),
+timeline stopped. The workload is always removed, also on Ctrl-C.
+
+--dry-run prints the plan (-o json|yaml as data) and needs no cluster.`,
+		Example:           "  labctl scale-test lab1\n  labctl scale-test lab1 --dry-run -o json\n  labctl scale-test lab1 --scenario from-zero -o json --chart lab1.png",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: labNames(f, clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(out); err != nil {
 				return err
@@ -41,59 +40,20 @@ timeline stopped. The workload is always removed, also on Ctrl-C.`,
 			if !slices.Contains(scaletest.Scenarios, scenario) {
 				return usageError{fmt.Errorf("--scenario %q: must be one of up, down, from-zero, all", scenario)}
 			}
-			name := args[0]
-			lab, _, err := config.Load(cmd.Context(), g.configRequest())
+			lab, _, err := f.Lab(cmd.Context())
 			if err != nil {
 				return err
 			}
-			if _, err := cluster.Render(lab, name); err != nil {
-				return err
-			}
-			c, err := lab.Cluster(name)
-			if err != nil {
-				return err
-			}
-			so := scaletest.Options{
-				IO: g.IO, Cluster: name, Config: lab.ScaleTest, Scenario: scenario, Chart: chart,
-				MgmtNamespace: clusterapi.Namespace(name), MachineDeployment: clusterapi.MachineDeploymentName(name),
-				PodsPerWorker: scaletest.PodsPerWorker(c.Workers.Size.CPUs, lab.ScaleTest.Workload),
-			}
-			if change.DryRun {
-				lines, err := scaletest.Plan(so)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(g.IO.Out, "scale-test would:")
-				for _, l := range lines {
-					fmt.Fprintln(g.IO.Out, "  "+l)
-				}
-				return nil
-			}
-			o, err := g.clusterOptions(cmd.Context(), name, false, change)
-			if err != nil {
-				return err
-			}
-			kc, err := cluster.Kubeconfig(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			wl, err := kube.RESTConfigFromKubeconfig(kc)
-			if err != nil {
-				return fmt.Errorf("cluster %s: reading its kubeconfig secret: %w", name, err)
-			}
-			so.Mgmt, so.Workload = o.Mgmt.RESTConfig(), wl
-			rep, err := scaletest.Run(cmd.Context(), so)
-			if rep != nil && len(rep.Phases) > 0 {
-				if perr := g.IO.Print(out, rep, scaletest.Text(g.IO, rep)); perr != nil {
-					return errors.Join(err, perr)
-				}
-			}
-			return err
+			return scaletest.Command(cmd.Context(), scaletest.CommandOptions{
+				IO: f.IO, Lab: lab, Cluster: args[0], Scenario: scenario, Chart: chart, Output: out,
+				DryRun: dryRun, Mgmt: f.Mgmt, Workload: f.Workload,
+			})
 		},
 	}
 	c.Flags().StringVar(&scenario, "scenario", "all", "which phase to run: up, down, from-zero or all")
+	_ = c.RegisterFlagCompletionFunc("scenario", cobra.FixedCompletions(scaletest.Scenarios, cobra.ShellCompDirectiveNoFileComp))
 	c.Flags().StringVar(&chart, "chart", "", "write a chart of Nodes, pending pods and MachineDeployment replicas to this .svg or .png file")
-	addChangeFlags(c, &change)
+	addDryRunFlag(c, &dryRun)
 	addOutputFlag(c, &out)
 	return c
 }

@@ -4,9 +4,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/app"
+	"github.com/labctl/labctl/internal/cmdutil"
 )
 
-func newVersionCmd(g *Globals) *cobra.Command {
+func newVersionCmd(f *cmdutil.Factory) *cobra.Command {
 	var out string
 	c := &cobra.Command{
 		Use:   "version",
@@ -21,7 +22,7 @@ Kubernetes and the Ubuntu cloud image. labctl never installs "latest".`,
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			return app.Version(app.VersionOptions{IO: g.IO, Output: out})
+			return app.Version(app.VersionOptions{IO: f.IO, Output: out})
 		},
 	}
 	addOutputFlag(c, &out)

@@ -98,8 +98,8 @@ func TestSignalCutsTLSHandshake(t *testing.T) {
 	for _, args := range [][]string{
 		{"mgmt", "status"},
 		{"cluster", "list"},
-		{"cluster", "create", "lab1", "--yes"},
-		{"scale-test", "lab1", "--yes"},
+		{"cluster", "create", "lab1"},
+		{"scale-test", "lab1"},
 	} {
 		for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 			t.Run(strings.Join(args[:2], " ")+"/"+sig.String(), func(t *testing.T) {

@@ -64,8 +64,10 @@ func ConfigInit(o ConfigInitOptions) error {
 
 // ConfigValidateOptions are the inputs of 'labctl config validate'.
 type ConfigValidateOptions struct {
-	IO      *ui.IO
-	Request config.Request
+	IO *ui.IO
+	// LoadLab loads the lab config (the command factory's Lab); validate
+	// reports its errors instead of returning them.
+	LoadLab func(ctx context.Context) (*config.Lab, config.Source, error)
 }
 
 // ErrInvalid means the config was read but has problems; they were printed.
@@ -73,7 +75,7 @@ var ErrInvalid = errors.New("lab config is invalid")
 
 // ConfigValidate loads the config and prints every problem, or a one-line OK.
 func ConfigValidate(ctx context.Context, o ConfigValidateOptions) error {
-	lab, src, err := config.Load(ctx, o.Request)
+	lab, src, err := o.LoadLab(ctx)
 	if err != nil {
 		var list config.ErrorList
 		if errors.As(err, &list) {
@@ -92,22 +94,20 @@ func ConfigValidate(ctx context.Context, o ConfigValidateOptions) error {
 
 // ConfigViewOptions are the inputs of 'labctl config view'.
 type ConfigViewOptions struct {
-	IO      *ui.IO
-	Request config.Request
-	Output  string // yaml (default) or json
+	IO *ui.IO
+	// Lab is the loaded lab, and Source where it was read from.
+	Lab    *config.Lab
+	Source config.Source
+	Output string // yaml (default) or json
 }
 
 // ConfigView prints the defaulted config. Secrets appear only as the
 // references lab.yaml holds, so the output can be fed back in.
 func ConfigView(ctx context.Context, o ConfigViewOptions) error {
-	lab, src, err := config.Load(ctx, o.Request)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(o.IO.Err, "# source: %s\n", src)
+	fmt.Fprintf(o.IO.Err, "# source: %s\n", o.Source)
 	// Valid labs hold no credentials in URLs; this keeps a Go-built one's
 	// from showing too.
-	lab = config.Redacted(lab)
+	lab := config.Redacted(o.Lab)
 	if o.Output == "json" {
 		return o.IO.Print("json", lab, nil)
 	}

@@ -113,28 +113,78 @@ func (o *Options) KubeconfigPath() (string, error) {
 
 // Create applies the cluster's objects, waits until CAPI has brought the
 // control plane up, writes its kubeconfig (0600), installs Cilium and
-// starts the cluster's autoscaler. Every step is idempotent.
+// starts the cluster's autoscaler. Every step is idempotent. A dry run
+// runs the very same list: the runner only plans each step, and says of a
+// wait that it would run.
 func Create(ctx context.Context, o Options) error {
-	r, err := Render(o.Lab, o.Name)
+	run, err := newCreateRun(o)
 	if err != nil {
 		return err
+	}
+	r := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
+	if err := r.Run(ctx, run.steps()); err != nil {
+		return fmt.Errorf("creating cluster %s: %w", o.Name, err)
+	}
+	if !o.DryRun {
+		fmt.Fprintf(o.IO.Err, "cluster %s is up; kubeconfig: %s\n", o.Name, run.path)
+	}
+	return nil
+}
+
+// createRun is one 'cluster create', as kind's action context is one
+// 'kind create cluster': what every step needs is made here once, and
+// what a step finds on the way (the workload kubeconfig) comes from a
+// lazy getter, never from a field an earlier step happened to fill.
+type createRun struct {
+	o      Options
+	r      *clusterapi.Rendered
+	cilium *Cilium
+	path   string // where the workload kubeconfig is written
+
+	kubeconfig step.Found[[]byte] // CAPI's, once it exists
+}
+
+func newCreateRun(o Options) (*createRun, error) {
+	r, err := Render(o.Lab, o.Name)
+	if err != nil {
+		return nil, err
 	}
 	cl, err := o.Lab.Cluster(o.Name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cilium, err := NewCilium(o.Lab, cl)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	path, err := o.KubeconfigPath()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	m := o.Mgmt
+	return &createRun{o: o, r: r, cilium: cilium, path: path}, nil
+}
+
+// workloadKubeconfig is the admin kubeconfig CAPI keeps in the
+// <cluster>-kubeconfig secret, read once it exists; found is false while
+// CAPI has not made it yet (always so in a dry run of a new cluster).
+func (c *createRun) workloadKubeconfig(ctx context.Context) (data []byte, found bool, err error) {
+	return c.kubeconfig.Get(ctx, func(ctx context.Context) ([]byte, bool, error) {
+		ns, name := c.r.Namespace, c.r.Name
+		_, found, err := c.o.Mgmt.Get(ctx, kube.Ref{GVK: secretGVK, Namespace: ns, Name: clusterapi.KubeconfigSecret(name)})
+		if err != nil || !found {
+			return nil, false, err
+		}
+		data, err := readKubeconfig(ctx, c.o.Mgmt, ns, name)
+		return data, err == nil, err
+	})
+}
+
+// steps are create's steps in order, appended as the cluster calls for
+// them, as kind's create.go appends its actions.
+func (c *createRun) steps() []step.Step {
+	m, r, o := c.o.Mgmt, c.r, c.o
 	ns, name := r.Namespace, r.Name
 	secret := clusterapi.KubeconfigSecret(name)
-	var kubeconfig []byte
 	steps := []step.Step{
 		{
 			// Reads only, so a dry run checks too; nothing is written
@@ -176,79 +226,72 @@ func Create(ctx context.Context, o Options) error {
 			},
 		},
 		{
-			Name: "write kubeconfig " + path,
+			Name: "write kubeconfig " + c.path,
 			Plan: func(ctx context.Context) ([]string, error) {
-				kc, err := readKubeconfig(ctx, m, ns, name)
+				kc, found, err := c.workloadKubeconfig(ctx)
 				if err != nil {
 					return nil, err
 				}
-				kubeconfig = kc
-				if old, err := os.ReadFile(path); err == nil && string(old) == string(kc) {
+				if !found {
+					return []string{"write " + c.path + " (mode 0600) once Cluster API has made the kubeconfig"}, nil
+				}
+				if old, err := os.ReadFile(c.path); err == nil && string(old) == string(kc) {
 					return nil, nil
 				}
-				return []string{"write " + path + " (mode 0600)"}, nil
+				return []string{"write " + c.path + " (mode 0600)"}, nil
 			},
-			Apply: func(ctx context.Context) error { return files.WritePrivate(path, kubeconfig) },
+			Apply: func(ctx context.Context) error {
+				kc, err := c.mustKubeconfig(ctx)
+				if err != nil {
+					return err
+				}
+				return files.WritePrivate(c.path, kc)
+			},
 		},
 		{
-			Name: "install Cilium " + cilium.Release.Chart.Version,
+			Name: "install Cilium " + c.cilium.Release.Chart.Version,
 			Plan: func(ctx context.Context) ([]string, error) {
-				if kubeconfig == nil {
-					// Dry run of a cluster not up yet: nothing to read.
-					return []string{"install " + cilium.String() + " once the kubeconfig exists"}, nil
+				kc, found, err := c.workloadKubeconfig(ctx)
+				if err != nil {
+					return nil, err
 				}
-				p, err := cilium.Plan(ctx, kubeconfig)
+				if !found {
+					return []string{"install " + c.cilium.String() + " once the kubeconfig exists"}, nil
+				}
+				p, err := c.cilium.Plan(ctx, kc)
 				if err != nil || p == "" {
 					return nil, err
 				}
 				return []string{p}, nil
 			},
-			Apply: func(ctx context.Context) error { return cilium.Install(ctx, kubeconfig, o.timeout()) },
+			Apply: func(ctx context.Context) error {
+				kc, err := c.mustKubeconfig(ctx)
+				if err != nil {
+					return err
+				}
+				return c.cilium.Install(ctx, kc, o.timeout())
+			},
 		},
-		{
+	}
+	if len(r.Autoscaler) > 0 {
+		steps = append(steps, step.Step{
 			Name:  "apply cluster-autoscaler",
 			Plan:  func(ctx context.Context) ([]string, error) { return plan(ctx, m, r.Autoscaler) },
 			Apply: func(ctx context.Context) error { return apply(ctx, m, r.Autoscaler) },
-		},
+		})
 	}
-	if o.DryRun {
-		// Nothing is applied, so there is nothing to wait for. The kubeconfig
-		// and Cilium steps only read; they show what they would do when the
-		// cluster is already up.
-		steps = []step.Step{steps[0], steps[1], steps[5], steps[6], steps[7]}
-		steps[2].Plan = dryKubeconfigPlan(m, ns, name, path, &kubeconfig)
-	}
-	run := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
-	if err := run.Run(ctx, steps); err != nil {
-		return fmt.Errorf("creating cluster %s: %w", name, err)
-	}
-	if !o.DryRun {
-		fmt.Fprintf(o.IO.Err, "cluster %s is up; kubeconfig: %s\n", name, path)
-	}
-	return nil
+	return steps
 }
 
-// dryKubeconfigPlan is the kubeconfig step's plan for a dry run: a cluster
-// whose secret does not exist yet is not an error there.
-func dryKubeconfigPlan(m *kube.Client, ns, name, path string, kubeconfig *[]byte) func(context.Context) ([]string, error) {
-	return func(ctx context.Context) ([]string, error) {
-		_, found, err := m.Get(ctx, kube.Ref{GVK: secretGVK, Namespace: ns, Name: clusterapi.KubeconfigSecret(name)})
-		if err != nil {
-			return nil, err
-		}
-		if !found {
-			return []string{"write " + path + " (mode 0600) once Cluster API has made the kubeconfig"}, nil
-		}
-		kc, err := readKubeconfig(ctx, m, ns, name)
-		if err != nil {
-			return nil, err
-		}
-		*kubeconfig = kc
-		if old, err := os.ReadFile(path); err == nil && string(old) == string(kc) {
-			return nil, nil
-		}
-		return []string{"write " + path + " (mode 0600)"}, nil
+// mustKubeconfig is the workload kubeconfig for a step that changes
+// things: by then the wait for its secret is over, so a missing one is an
+// error that says where to look.
+func (c *createRun) mustKubeconfig(ctx context.Context) ([]byte, error) {
+	kc, found, err := c.workloadKubeconfig(ctx)
+	if err == nil && !found {
+		_, err = readKubeconfig(ctx, c.o.Mgmt, c.r.Namespace, c.r.Name)
 	}
+	return kc, err
 }
 
 // clusterFlag waits for a v1beta2 Cluster status.initialization flag.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,13 +136,14 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 
 	var out, errb bytes.Buffer
 	dir := t.TempDir()
-	opts := cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Lab: lab, Name: "lab1", Mgmt: mgmt,
+	opts := cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb, InTTY: true, ErrTTY: true}, Lab: lab, Name: "lab1", Mgmt: mgmt,
 		KubeconfigDir: dir, Timeout: time.Minute, Verbose: 1}
 	began := time.Now()
 	if err := cluster.Create(ctx, opts); err != nil {
 		t.Fatalf("create: %v\n%s", err, errb.String())
 	}
 	t.Logf("create output:\n%s", errb.String())
+	realSteps := ui.Started(errb.String())
 	t.Logf("create took %s against the stand-in controllers", time.Since(began).Round(time.Millisecond))
 	for _, want := range []string{"apply cluster lab1", "wait for infrastructure provisioned", "wait for control plane initialized",
 		"wait for kubeconfig secret lab1-kubeconfig", "install Cilium " + pins.Cilium, "apply cluster-autoscaler"} {
@@ -481,7 +483,13 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		if err != nil {
 			t.Fatalf("create --dry-run: %v\n%s", err, errb.String())
 		}
-		for _, want := range []string{"would: create ProxmoxMachineTemplate lab1/lab1-worker-8g-", "would: update MachineDeployment lab1/lab1-workers"} {
+		// The plan names exactly the steps a real run takes, in order:
+		// the waits too, which a dry run only says it would run.
+		if got := ui.Started(errb.String()); !slices.Equal(got, realSteps) {
+			t.Errorf("create --dry-run lists steps\n  %s\nbut create ran\n  %s", strings.Join(got, "\n  "), strings.Join(realSteps, "\n  "))
+		}
+		for _, want := range []string{"would: create ProxmoxMachineTemplate lab1/lab1-worker-8g-", "would: update MachineDeployment lab1/lab1-workers",
+			"wait for control plane initialized (would run)"} {
 			if !strings.Contains(errb.String(), want) {
 				t.Errorf("create --dry-run output lacks %q:\n%s", want, errb.String())
 			}

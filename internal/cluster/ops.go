@@ -1,13 +1,11 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"sort"
 	"strconv"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -135,9 +133,11 @@ func Delete(ctx context.Context, o DeleteOptions) error {
 		return nil
 	}
 	if !o.Yes && !o.DryRun {
-		fmt.Fprintf(o.IO.Err, "Delete cluster %s and all its VMs? Type the cluster name to confirm: ", name)
-		line, _ := bufio.NewReader(o.IO.In).ReadString('\n')
-		if strings.TrimSpace(line) != name {
+		ok, err := o.IO.Confirm(fmt.Sprintf("Delete cluster %s and all its VMs?", name), name)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			return ErrAborted
 		}
 	}

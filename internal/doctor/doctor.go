@@ -94,8 +94,10 @@ var operatorCRDs = []string{
 type Options struct {
 	IO     *ui.IO
 	Output string // text, json or yaml
-	// Request says which lab config to load.
-	Request config.Request
+	// LoadLab loads the lab config (the command factory's Lab). Doctor
+	// calls it itself: a config that does not load is its first check,
+	// reported like the others, not an error.
+	LoadLab func(ctx context.Context) (*config.Lab, config.Source, error)
 	// Kubeconfig is --kubeconfig; empty means the one stored for the lab.
 	Kubeconfig string
 	// Timeout bounds each talk with the management cluster or a
@@ -144,7 +146,7 @@ func WriteText(s *ui.IO, w io.Writer, r *Report) error {
 // Diagnose runs every check and returns the report without printing it.
 func Diagnose(ctx context.Context, o Options) *Report {
 	r := &Report{}
-	lab, src, err := config.Load(ctx, o.Request)
+	lab, src, err := o.LoadLab(ctx)
 	r.Config = src.Name
 	if err != nil {
 		r.add("config", Fail, configProblem(src, err))

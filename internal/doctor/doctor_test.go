@@ -196,7 +196,7 @@ func TestDoctorExampleLab(t *testing.T) {
 	path := labFile(t)
 	for _, format := range []string{"text", "json", "yaml"} {
 		t.Run(format, func(t *testing.T) {
-			r, err, out := run(t, Options{Output: format, Request: config.Request{Path: path, Explicit: true}})
+			r, err, out := run(t, Options{Output: format, LoadLab: load(config.Request{Path: path, Explicit: true})})
 			if err != nil {
 				t.Fatalf("Run: %v\n%s", err, out)
 			}
@@ -242,7 +242,7 @@ func TestDoctorFailsExit(t *testing.T) {
 	secret := filepath.Join(t.TempDir(), "token")
 	writeFile(t, secret, secretValue, 0o644)
 	path := labFile(t, "env: PVE_TOKEN_SECRET", "file: "+secret)
-	r, err, out := run(t, Options{Output: "json", Request: config.Request{Path: path, Explicit: true}})
+	r, err, out := run(t, Options{Output: "json", LoadLab: load(config.Request{Path: path, Explicit: true})})
 	if c := check(t, r, "proxmox pve token secret"); c.Status != Warn || !strings.Contains(c.Detail, "0644") {
 		t.Errorf("secret: %+v", c)
 	}
@@ -252,7 +252,7 @@ func TestDoctorFailsExit(t *testing.T) {
 
 	// Without the key file the doctor fails.
 	os.Remove(filepath.Join(os.Getenv("HOME"), ".ssh", "id_ed25519.pub"))
-	r, err, _ = run(t, Options{Output: "text", Request: config.Request{Path: path, Explicit: true}})
+	r, err, _ = run(t, Options{Output: "text", LoadLab: load(config.Request{Path: path, Explicit: true})})
 	if !errors.Is(err, ErrFailed) || r.Failed != 1 {
 		t.Errorf("missing key: err %v, failed %d", err, r.Failed)
 	}
@@ -261,7 +261,7 @@ func TestDoctorFailsExit(t *testing.T) {
 func TestDoctorBadConfig(t *testing.T) {
 	home(t)
 	path := labFile(t, "max: 5", "max: -1")
-	r, err, out := run(t, Options{Output: "text", Request: config.Request{Path: path, Explicit: true}})
+	r, err, out := run(t, Options{Output: "text", LoadLab: load(config.Request{Path: path, Explicit: true})})
 	if !errors.Is(err, ErrFailed) {
 		t.Fatalf("err = %v", err)
 	}
@@ -280,7 +280,7 @@ func TestDoctorBadConfig(t *testing.T) {
 func TestDoctorMissingConfigFile(t *testing.T) {
 	home(t)
 	path := filepath.Join(t.TempDir(), "absent.yaml")
-	r, err, _ := run(t, Options{Output: "json", Request: config.Request{Path: path, Explicit: true}})
+	r, err, _ := run(t, Options{Output: "json", LoadLab: load(config.Request{Path: path, Explicit: true})})
 	if !errors.Is(err, ErrFailed) || r.Config != path || !strings.Contains(check(t, r, "config").Detail, "does not exist") {
 		t.Errorf("err %v, report %+v", err, r)
 	}
@@ -289,7 +289,7 @@ func TestDoctorMissingConfigFile(t *testing.T) {
 func TestDoctorBuiltInLab(t *testing.T) {
 	home(t)
 	t.Chdir(t.TempDir()) // no ./lab.yaml here
-	r, _, _ := run(t, Options{Output: "json", Request: config.Request{Path: "./lab.yaml"}})
+	r, _, _ := run(t, Options{Output: "json", LoadLab: load(config.Request{Path: "./lab.yaml"})})
 	if r.Config != "built-in local-kvm example" || check(t, r, "config").Status != OK {
 		t.Errorf("report: %+v", r)
 	}
@@ -308,7 +308,7 @@ func TestDoctorKubeconfig(t *testing.T) {
 
 	// A named kubeconfig that does not exist fails and names the file.
 	missing := filepath.Join(h, "nope.kubeconfig")
-	r, err, _ := run(t, Options{Output: "json", Request: req, Kubeconfig: missing})
+	r, err, _ := run(t, Options{Output: "json", LoadLab: load(req), Kubeconfig: missing})
 	if c := check(t, r, "management cluster"); !errors.Is(err, ErrFailed) || c.Status != Fail || !strings.Contains(c.Detail, missing) {
 		t.Errorf("missing --kubeconfig: %v %+v", err, c)
 	}
@@ -325,7 +325,7 @@ users: [{name: u, user: {token: x}}]
 contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: x
 `, 0o600)
-	r, err, _ = run(t, Options{Output: "json", Request: req})
+	r, err, _ = run(t, Options{Output: "json", LoadLab: load(req)})
 	c := check(t, r, "management cluster")
 	if !errors.Is(err, ErrFailed) || c.Status != Fail || !strings.Contains(c.Detail, "127.0.0.1:1") {
 		t.Errorf("unreachable: %v %+v", err, c)
@@ -333,4 +333,9 @@ current-context: x
 	if r.Management == nil || !r.Management.Stored || r.Management.Kubeconfig != stored || r.Management.Reachable {
 		t.Errorf("management: %+v", r.Management)
 	}
+}
+
+// load is the command factory's Lab for one config request.
+func load(req config.Request) func(context.Context) (*config.Lab, config.Source, error) {
+	return func(ctx context.Context) (*config.Lab, config.Source, error) { return config.Load(ctx, req) }
 }

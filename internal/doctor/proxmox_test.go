@@ -39,7 +39,7 @@ func runPVE(t *testing.T, path, format string) (*Report, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	o := Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Output: format,
-		Request: config.Request{Path: path, Explicit: true}, Timeout: 5 * time.Second}
+		LoadLab: load(config.Request{Path: path, Explicit: true}), Timeout: 5 * time.Second}
 	r, _ := Run(context.Background(), o)
 	return r, out.String(), errb.String()
 }
@@ -156,7 +156,7 @@ func TestDoctorProxmoxSilentAPI(t *testing.T) {
 	path := pveLab(t, srv, "url: "+srv.URL, "url: https://"+hung.Addr)
 	var out, errb bytes.Buffer
 	r, _ := Run(t.Context(), Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Output: "text",
-		Request: config.Request{Path: path, Explicit: true}, Timeout: time.Second})
+		LoadLab: load(config.Request{Path: path, Explicit: true}), Timeout: time.Second})
 	c := check(t, r, "proxmox pve api")
 	for _, want := range []string{"Proxmox API https://" + hung.Addr, "did not answer within 1s", "check that the URL names the PVE API"} {
 		if c.Status != Fail || !strings.Contains(c.Detail, want) {

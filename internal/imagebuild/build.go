@@ -38,26 +38,25 @@ var _ Templater = (*proxmox.Driver)(nil)
 
 // BuildOptions are the inputs of 'labctl image build'.
 type BuildOptions struct {
-	IO      *ui.IO
-	Request config.Request
+	IO *ui.IO
+	// Lab is the loaded lab, and Source where it was read from.
+	Lab    *config.Lab
+	Source config.Source
 	// Name is the image to build; empty builds every image.
 	Name string
 	// ImageBuilder overrides images[].imageBuilder.
 	ImageBuilder string
 	DryRun       bool
 	Verbose      int
-	// Open opens a hypervisor (default drivers.Open).
-	Open func(ctx context.Context, lab *config.Lab, name string) (hypervisor.Driver, error)
+	// Driver opens the lab's hypervisor called name.
+	Driver func(ctx context.Context, name string) (hypervisor.Driver, error)
 	// Environ is the base child environment (default os.Environ()).
 	Environ []string
 }
 
 // Build builds each selected image in lab.yaml and tags its template.
 func Build(ctx context.Context, o BuildOptions) error {
-	lab, src, err := config.Load(ctx, o.Request)
-	if err != nil {
-		return err
-	}
+	lab, src := o.Lab, o.Source
 	imgs := lab.Images
 	if o.Name != "" {
 		img, err := lab.Image(o.Name)
@@ -68,9 +67,6 @@ func Build(ctx context.Context, o BuildOptions) error {
 	}
 	if len(imgs) == 0 {
 		return fmt.Errorf("lab.yaml (%s) lists no images; add one under images", src)
-	}
-	if o.Open == nil {
-		o.Open = drivers.Open
 	}
 	if o.Environ == nil {
 		o.Environ = os.Environ()
@@ -177,7 +173,7 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 	if err != nil {
 		return err
 	}
-	drv, err := o.Open(ctx, lab, img.Hypervisor)
+	drv, err := o.Driver(ctx, img.Hypervisor)
 	if err != nil {
 		return err
 	}

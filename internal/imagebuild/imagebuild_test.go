@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
 	"github.com/labctl/labctl/internal/imagebuild/packertest"
@@ -89,7 +91,7 @@ func must(t *testing.T, err error) {
 
 func (b *bed) opts(mode string, dry bool) BuildOptions {
 	return BuildOptions{
-		IO: &ui.IO{In: strings.NewReader(""), Out: &b.out, Err: &b.err}, Request: config.Request{Path: b.cfg, Explicit: true},
+		IO: &ui.IO{In: strings.NewReader(""), Out: &b.out, Err: &b.err}, Lab: b.lab(), Driver: b.driver(),
 		DryRun: dry, Verbose: 3,
 		Environ: append(b.Env(mode), "PATH="+b.Path(), "PROXMOX_TOKEN=inherited-must-be-dropped", "PACKER_FLAGS=-var=lost"),
 	}
@@ -205,7 +207,7 @@ func TestBuildThroughImageBuilderMakefile(t *testing.T) {
 
 	// image list shows it.
 	var out bytes.Buffer
-	lo := ListOptions{IO: &ui.IO{Out: &out, Err: &bytes.Buffer{}}, Request: config.Request{Path: b.cfg, Explicit: true}, Output: "json"}
+	lo := ListOptions{IO: &ui.IO{Out: &out, Err: &bytes.Buffer{}}, Lab: b.lab(), Driver: b.driver(), Output: "json"}
 	must(t, List(context.Background(), lo))
 	var rows []Template
 	must(t, json.Unmarshal(out.Bytes(), &rows))
@@ -469,4 +471,19 @@ func TestParseLine(t *testing.T) {
 	if _, ok := ParseLine("make: *** [Makefile:2: build] Error 1"); ok {
 		t.Error("plain line parsed as machine-readable")
 	}
+}
+
+// lab loads the bed's lab.yaml, as the command factory's Lab does.
+func (b *bed) lab() *config.Lab {
+	lab, _, err := config.Load(context.Background(), config.Request{Path: b.cfg, Explicit: true})
+	if err != nil {
+		panic(err) // the bed wrote a valid config; a broken one is a bug in the test
+	}
+	return lab
+}
+
+// driver is the command factory's Driver for the bed's lab.
+func (b *bed) driver() func(context.Context, string) (hypervisor.Driver, error) {
+	lab := b.lab()
+	return func(ctx context.Context, name string) (hypervisor.Driver, error) { return drivers.Open(ctx, lab, name) }
 }

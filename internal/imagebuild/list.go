@@ -15,10 +15,11 @@ import (
 
 // ListOptions are the inputs of 'labctl image list'.
 type ListOptions struct {
-	IO      *ui.IO
-	Request config.Request
-	Output  string
-	Open    func(ctx context.Context, lab *config.Lab, name string) (hypervisor.Driver, error)
+	IO     *ui.IO
+	Lab    *config.Lab
+	Output string
+	// Driver opens the lab's hypervisor called name.
+	Driver func(ctx context.Context, name string) (hypervisor.Driver, error)
 }
 
 // Template is one row of 'image list'.
@@ -34,19 +35,13 @@ type Template struct {
 
 // List prints the labctl-tagged templates of every Proxmox hypervisor.
 func List(ctx context.Context, o ListOptions) error {
-	lab, _, err := config.Load(ctx, o.Request)
-	if err != nil {
-		return err
-	}
-	if o.Open == nil {
-		o.Open = drivers.Open
-	}
+	lab := o.Lab
 	rows := []Template{}
 	for _, h := range lab.Hypervisors {
 		if h.Proxmox == nil {
 			continue // libvirt images come in a later release
 		}
-		ts, err := listOne(ctx, o, lab, h.Name)
+		ts, err := listOne(ctx, o, h.Name)
 		if err != nil {
 			return err
 		}
@@ -65,8 +60,8 @@ func List(ctx context.Context, o ListOptions) error {
 	})
 }
 
-func listOne(ctx context.Context, o ListOptions, lab *config.Lab, name string) ([]Template, error) {
-	drv, err := o.Open(ctx, lab, name)
+func listOne(ctx context.Context, o ListOptions, name string) ([]Template, error) {
+	drv, err := o.Driver(ctx, name)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package mgmt
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -21,20 +20,37 @@ import (
 	"github.com/labctl/labctl/internal/ui"
 )
 
+// ErrNoManagement means the lab has no management cluster yet: no
+// --kubeconfig was given and mgmt up has stored none. NoManagementAt's
+// errors match it.
+var ErrNoManagement = errors.New("no management cluster yet")
+
+// NoManagementAt is the error for lab having no kubeconfig stored at path.
+func NoManagementAt(lab, path string) error { return noManagement{lab, path} }
+
+type noManagement struct{ lab, path string }
+
+func (e noManagement) Error() string {
+	return fmt.Sprintf("no management cluster for lab %q yet (no kubeconfig at %s): run 'labctl mgmt up', or name a cluster with --kubeconfig", e.lab, e.path)
+}
+
+func (e noManagement) Is(target error) bool { return target == ErrNoManagement }
+
 // ErrAborted means the user answered no; nothing was changed.
 var ErrAborted = errors.New("aborted: nothing was deleted")
 
 // DownOptions are the inputs of 'labctl mgmt down'.
 type DownOptions struct {
-	IO      *ui.IO
-	Request config.Request
-	DryRun  bool
+	IO     *ui.IO
+	Lab    *config.Lab
+	DryRun bool
 	// Yes skips the question.
-	Yes  bool
-	Open OpenFunc
-	// Kubeconfig reaches the management cluster; empty means the one mgmt
-	// up stored.
-	Kubeconfig string
+	Yes    bool
+	Driver DriverFunc
+	// Mgmt reaches the management cluster; an error wrapping
+	// ErrNoManagement means there is none, so no workload cluster to
+	// look for.
+	Mgmt func(ctx context.Context) (*kube.Client, error)
 	// DeleteClusters deletes the workload clusters through Cluster API
 	// first, and waits for them to go; without it, Down refuses while
 	// any exist.
@@ -50,15 +66,8 @@ type DownOptions struct {
 // hypervisor: stop, wait, delete with their disks. VMs without labctl's
 // tags for this lab are never listed, so never touched.
 func Down(ctx context.Context, o DownOptions) error {
-	lab, _, err := config.Load(ctx, o.Request)
-	if err != nil {
-		return err
-	}
-	open := o.Open
-	if open == nil {
-		open = drivers.Open
-	}
-	drv, err := open(ctx, lab, lab.Management.Hypervisor)
+	lab := o.Lab
+	drv, err := o.Driver(ctx, lab.Management.Hypervisor)
 	if err != nil {
 		return err
 	}
@@ -99,9 +108,11 @@ func Down(ctx context.Context, o DownOptions) error {
 		if len(workloads) > 0 {
 			q = fmt.Sprintf("Delete %d workload cluster(s), then stop and delete these %d VM(s) with their disks?", len(workloads), len(vms))
 		}
-		fmt.Fprintf(o.IO.Err, "%s [y/N] ", q)
-		answer, _ := bufio.NewReader(o.IO.In).ReadString('\n')
-		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		ok, err := o.IO.Confirm(q, "")
+		if err != nil {
+			return err
+		}
+		if !ok {
 			return ErrAborted
 		}
 	}
@@ -138,18 +149,10 @@ func workloadClusters(ctx context.Context, o DownOptions, lab *config.Lab) ([]ku
 		fmt.Fprintln(o.IO.Err, "not asking the management cluster for workload clusters (--skip-cluster-check): the VMs of any are left behind")
 		return nil, nil, nil
 	}
-	path := o.Kubeconfig
-	if path == "" {
-		p, err := kube.MgmtKubeconfigPath(lab.Metadata.Name)
-		if err != nil {
-			return nil, nil, err
-		}
-		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, nil
-		}
-		path = p
+	mc, err := o.Mgmt(ctx)
+	if errors.Is(err, ErrNoManagement) {
+		return nil, nil, nil
 	}
-	mc, err := kube.Connect(path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -186,8 +189,8 @@ func describe(v hypervisor.VM) string {
 
 // KubeconfigOptions are the inputs of 'labctl mgmt kubeconfig'.
 type KubeconfigOptions struct {
-	IO      *ui.IO
-	Request config.Request
+	IO  *ui.IO
+	Lab *config.Lab
 	// Path, when set, is where to write it (mode 0600); else it is printed.
 	Path  string
 	Force bool
@@ -195,10 +198,7 @@ type KubeconfigOptions struct {
 
 // Kubeconfig prints the stored management kubeconfig or writes it to a file.
 func Kubeconfig(ctx context.Context, o KubeconfigOptions) error {
-	lab, _, err := config.Load(ctx, o.Request)
-	if err != nil {
-		return err
-	}
+	lab := o.Lab
 	src, err := kube.MgmtKubeconfigPath(lab.Metadata.Name)
 	if err != nil {
 		return err

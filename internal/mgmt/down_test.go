@@ -2,6 +2,7 @@ package mgmt
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/files"
+	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testbed"
@@ -21,8 +24,9 @@ import (
 )
 
 // downBed is the owner's lab on the strict fake PVE: the management VM,
-// a VM made by hand and another lab's VM. Down goes through drivers.Open.
-func downBed(t *testing.T) (*pvetest.Server, config.Request) {
+// a VM made by hand and another lab's VM. Down goes through drivers.Open,
+// as the command factory's Driver does.
+func downBed(t *testing.T) (*pvetest.Server, *config.Lab) {
 	t.Helper()
 	srv := pvetest.New(t, pvetest.WithAddr("127.0.0.2:0"))
 	srv.AddVM("pv1-1", 150, "hand-made", 1024, true, false)
@@ -33,12 +37,36 @@ func downBed(t *testing.T) (*pvetest.Server, config.Request) {
 		t.Fatal(err)
 	}
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	return srv, config.Request{Path: p, Explicit: true}
+	lab, _, err := config.Load(t.Context(), config.Request{Path: p, Explicit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, lab
 }
 
-func down(t *testing.T, req config.Request, answer string, dry, yes bool) (string, error) {
+// opener is the command factory's Driver for lab.
+func opener(lab *config.Lab) DriverFunc {
+	return func(ctx context.Context, name string) (hypervisor.Driver, error) { return drivers.Open(ctx, lab, name) }
+}
+
+// storedMgmt is the command factory's Mgmt without --kubeconfig: the
+// kubeconfig mgmt up stored, or ErrNoManagement.
+func storedMgmt(lab *config.Lab) func(context.Context) (*kube.Client, error) {
+	return func(context.Context) (*kube.Client, error) {
+		p, err := kube.MgmtKubeconfigPath(lab.Metadata.Name)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(p); err != nil {
+			return nil, NoManagementAt(lab.Metadata.Name, p)
+		}
+		return kube.Connect(p)
+	}
+}
+
+func down(t *testing.T, lab *config.Lab, answer string, dry, yes bool) (string, error) {
 	var out bytes.Buffer
-	err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out}, Request: req, DryRun: dry, Yes: yes})
+	err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out, InTTY: true, ErrTTY: true}, Lab: lab, Driver: opener(lab), Mgmt: storedMgmt(lab), DryRun: dry, Yes: yes})
 	return out.String(), err
 }
 
@@ -51,15 +79,15 @@ func ids(srv *pvetest.Server) []int {
 }
 
 func TestDownOnProxmox(t *testing.T) {
-	srv, req := downBed(t)
-	out, err := down(t, req, "", true, false)
+	srv, lab := downBed(t)
+	out, err := down(t, lab, "", true, false)
 	if err != nil || !strings.Contains(out, "labctl-mgmt (VMID 201 on pv1-1)") || !strings.Contains(out, "dry run") || len(srv.VMs()) != 3 {
 		t.Fatalf("dry run: %v\n%s", err, out)
 	}
-	if out, err := down(t, req, "n\n", false, false); !errors.Is(err, ErrAborted) || len(srv.VMs()) != 3 {
+	if out, err := down(t, lab, "n\n", false, false); !errors.Is(err, ErrAborted) || len(srv.VMs()) != 3 {
 		t.Fatalf("answered no: %v %v\n%s", err, ids(srv), out)
 	}
-	out, err = down(t, req, "y\n", false, false)
+	out, err = down(t, lab, "y\n", false, false)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -83,7 +111,7 @@ func TestDownOnProxmox(t *testing.T) {
 	if del != 1 {
 		t.Errorf("%d deletes", del)
 	}
-	if out, err := down(t, req, "", false, true); err != nil || !strings.Contains(out, "nothing to delete") {
+	if out, err := down(t, lab, "", false, true); err != nil || !strings.Contains(out, "nothing to delete") {
 		t.Errorf("second down: %v\n%s", err, out)
 	}
 	if strings.Contains(out, srv.Secret) {
@@ -92,27 +120,27 @@ func TestDownOnProxmox(t *testing.T) {
 }
 
 func TestKubeconfigPrintAndWrite(t *testing.T) {
-	_, req := downBed(t)
+	_, lab := downBed(t)
 	var out bytes.Buffer
 	io := &ui.IO{Out: &out, Err: &out}
-	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Request: req}); err == nil || !strings.Contains(err.Error(), "run 'labctl mgmt up'") {
+	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Lab: lab}); err == nil || !strings.Contains(err.Error(), "run 'labctl mgmt up'") {
 		t.Fatalf("nothing stored: %v", err)
 	}
 	stored, _ := kube.MgmtKubeconfigPath("home")
 	if err := files.WritePrivate(stored, []byte("apiVersion: v1\nkind: Config\n")); err != nil {
 		t.Fatal(err)
 	}
-	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Request: req}); err != nil || out.String() != "apiVersion: v1\nkind: Config\n" {
+	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Lab: lab}); err != nil || out.String() != "apiVersion: v1\nkind: Config\n" {
 		t.Fatalf("print: %v %q", err, out.String())
 	}
 	dst := filepath.Join(t.TempDir(), "lab.kubeconfig")
-	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Request: req, Path: dst}); err != nil {
+	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Lab: lab, Path: dst}); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(dst); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("written: %v %v", fi, err)
 	}
-	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Request: req, Path: dst}); err == nil || !strings.Contains(err.Error(), "--force") {
+	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Lab: lab, Path: dst}); err == nil || !strings.Contains(err.Error(), "--force") {
 		t.Errorf("overwrite without --force: %v", err)
 	}
 }
@@ -122,7 +150,7 @@ func TestKubeconfigPrintAndWrite(t *testing.T) {
 // server), mgmt down refuses and lists it; --delete-clusters deletes it
 // through Cluster API, waits, and only then deletes the management VM.
 func TestDownRefusesWhileClustersExist(t *testing.T) {
-	srv, req := downBed(t)
+	srv, lab := downBed(t)
 	env := testbed.Start(t, testbed.WithCRDs("capi"))
 	raw, err := os.ReadFile(env.Kubeconfig)
 	if err != nil {
@@ -148,7 +176,7 @@ func TestDownRefusesWhileClustersExist(t *testing.T) {
 	clRef := kube.Ref{GVK: clusterapi.ClusterGVK, Namespace: "lab1", Name: "lab1"}
 	run := func(answer string, dry, deleteClusters bool) (string, error) {
 		var out bytes.Buffer
-		err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out}, Request: req,
+		err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out, InTTY: true, ErrTTY: true}, Lab: lab, Driver: opener(lab), Mgmt: storedMgmt(lab),
 			DryRun: dry, Yes: answer == "", DeleteClusters: deleteClusters, Timeout: 30 * time.Second})
 		return out.String(), err
 	}

@@ -9,8 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -49,15 +47,12 @@ const DefaultTimeout = 10 * time.Minute
 
 // InstallOptions are the inputs of Install.
 type InstallOptions struct {
-	IO *ui.IO
-	// Lab is the lab; when nil it is loaded as Config says.
-	Lab    *config.Lab
-	Config config.Request
-	// Client is the cluster to install onto. When nil, Kubeconfig is
-	// loaded, else the lab's stored management kubeconfig.
-	Client     *kube.Client
-	Kubeconfig string
-	DryRun     bool
+	IO  *ui.IO
+	Lab *config.Lab
+	// Mgmt is the cluster to install onto; it is called only when one is
+	// needed (not for EmitK3sManifests).
+	Mgmt   func(ctx context.Context) (*kube.Client, error)
+	DryRun bool
 	// Output is "" or "text" (the plan, on stderr), or with DryRun "yaml"
 	// or "json": every object that would be applied, on stdout.
 	Output string
@@ -81,11 +76,7 @@ type InstallOptions struct {
 // for each piece. Re-running it changes nothing. A failure leaves what was
 // applied in place for the next run.
 func Install(ctx context.Context, o InstallOptions) error {
-	lab, err := loadLab(ctx, o.Lab, o.Config)
-	if err != nil {
-		return err
-	}
-	o.Lab = lab
+	lab := o.Lab
 	if o.EmitK3sManifests != "" {
 		if o.DryRun {
 			return errors.New("--emit-k3s-manifests writes files and changes no cluster; drop --dry-run")
@@ -98,7 +89,7 @@ func Install(ctx context.Context, o InstallOptions) error {
 		return err
 	}
 	if o.DryRun {
-		fmt.Fprintln(o.IO.Err, "Dry run: nothing is applied.")
+		step.Println(ctx, o.IO.Err, "Dry run: nothing is applied.")
 	}
 	runner := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
 	if err := runner.Run(ctx, in.steps()); err != nil {
@@ -142,7 +133,7 @@ func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
 	if err != nil {
 		return nil, err
 	}
-	kc, err := connect(o.IO, o.Lab, o.Client, o.Kubeconfig, o.Verbose)
+	kc, err := o.Mgmt(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -160,43 +151,8 @@ func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
 	if in.mode == HelmController {
 		how = "k3s's helm-controller (HelmChart objects)"
 	}
-	fmt.Fprintf(o.IO.Err, "Management stack onto %s (Kubernetes %s), charts through %s\n", kc.Host(), v.GitVersion, how)
+	step.Println(ctx, o.IO.Err, fmt.Sprintf("Management stack onto %s (Kubernetes %s), charts through %s", kc.Host(), v.GitVersion, how))
 	return in, nil
-}
-
-// loadLab returns lab, or loads the config req names.
-func loadLab(ctx context.Context, lab *config.Lab, req config.Request) (*config.Lab, error) {
-	if lab != nil {
-		return lab, nil
-	}
-	lab, _, err := config.Load(ctx, req)
-	return lab, err
-}
-
-// connect returns the client to use: the given one, else one for the
-// kubeconfig named, else for the lab's stored management kubeconfig.
-func connect(io *ui.IO, lab *config.Lab, c *kube.Client, kubeconfig string, verbose int) (*kube.Client, error) {
-	if c == nil {
-		path := kubeconfig
-		if path == "" {
-			p, err := kube.MgmtKubeconfigPath(lab.Metadata.Name)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("no management cluster for lab %q yet (no kubeconfig at %s): run 'labctl mgmt up', or name a cluster with --kubeconfig", lab.Metadata.Name, p)
-			}
-			path = p
-		}
-		var err error
-		if c, err = kube.Connect(path); err != nil {
-			return nil, err
-		}
-	}
-	if verbose >= 3 {
-		c.LogRequests(io.Err)
-	}
-	return c, nil
 }
 
 func newHelm(kc *kube.Client, io *ui.IO, verbose int) *helm.Client {

@@ -97,7 +97,7 @@ func (o *out) noSecret(t testing.TB) {
 func install(t testing.TB, b *bed, lab *config.Lab, mod func(*mgmt.InstallOptions)) (*out, error) {
 	t.Helper()
 	var o out
-	opts := mgmt.InstallOptions{IO: o.io(), Lab: lab, Client: b.client, Verbose: 3, Timeout: time.Minute}
+	opts := mgmt.InstallOptions{IO: o.io(), Lab: lab, Mgmt: static(b.client), Verbose: 3, Timeout: time.Minute}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -285,7 +285,7 @@ func TestInstallThroughK3sHelmControllerStandIn(t *testing.T) {
 
 	t.Run("status", func(t *testing.T) {
 		var o out
-		r, err := mgmt.Status(ctx(t), mgmt.StatusOptions{IO: o.io(), Lab: lab, Client: bedFor(b.env).client, Output: "json"})
+		r, err := mgmt.Status(ctx(t), mgmt.StatusOptions{IO: o.io(), Lab: lab, Mgmt: static(bedFor(b.env).client), Output: "json"})
 		if err != nil {
 			t.Fatalf("status: %v\n%s", err, o.stdout.String())
 		}
@@ -344,7 +344,7 @@ func TestInstallWithHelmSDKFromStandInChartRepo(t *testing.T) {
 	}
 
 	var so out
-	if _, err := mgmt.Status(ctx(t), mgmt.StatusOptions{IO: so.io(), Lab: lab, Client: bedFor(b.env).client}); err != nil {
+	if _, err := mgmt.Status(ctx(t), mgmt.StatusOptions{IO: so.io(), Lab: lab, Mgmt: static(bedFor(b.env).client)}); err != nil {
 		t.Fatalf("status: %v\n%s", err, so.stdout.String())
 	}
 	table := so.stdout.String()
@@ -603,4 +603,9 @@ func offlineInstall(t *testing.T, mode mgmt.ChartMode) {
 	if n := again.writes.Load(); n != 0 {
 		t.Errorf("the offline re-run made %d write requests", n)
 	}
+}
+
+// static is the command factory's Mgmt for a client made already.
+func static(c *kube.Client) func(context.Context) (*kube.Client, error) {
+	return func(context.Context) (*kube.Client, error) { return c, nil }
 }

@@ -23,8 +23,8 @@ type StackInstaller struct {
 	Verbose int
 	// Timeout bounds each component's wait (DefaultTimeout).
 	Timeout time.Duration
-	// Connect opens the stored kubeconfig (default kube.Connect); tests
-	// wrap the client to count its writes.
+	// Connect makes the client for the kubeconfig mgmt up stored: the
+	// command factory's Connect; tests wrap the client to count writes.
 	Connect func(kubeconfig string) (*kube.Client, error)
 }
 
@@ -59,13 +59,13 @@ func (s *StackInstaller) K3sManifests(lab *config.Lab) ([]cloudinit.File, error)
 
 // Install runs mgmt install against the cluster the kubeconfig reaches.
 func (s *StackInstaller) Install(ctx context.Context, lab *config.Lab, kubeconfig string) error {
-	connect := s.Connect
-	if connect == nil {
-		connect = kube.Connect
-	}
-	c, err := connect(kubeconfig)
+	c, err := s.Connect(kubeconfig)
 	if err != nil {
 		return err
 	}
-	return Install(ctx, InstallOptions{IO: s.IO, Lab: lab, Client: c, Kubeconfig: kubeconfig, Timeout: s.Timeout, Verbose: s.Verbose})
+	if s.Verbose >= 3 {
+		c.LogRequests(s.IO.Err)
+	}
+	return Install(ctx, InstallOptions{IO: s.IO, Lab: lab, Timeout: s.Timeout, Verbose: s.Verbose,
+		Mgmt: func(context.Context) (*kube.Client, error) { return c, nil }})
 }

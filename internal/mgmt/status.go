@@ -19,14 +19,11 @@ import (
 
 // StatusOptions are the inputs of Status.
 type StatusOptions struct {
-	IO *ui.IO
-	// Lab is the lab; when nil it is loaded as Config says.
-	Lab        *config.Lab
-	Config     config.Request
-	Client     *kube.Client
-	Kubeconfig string
-	Output     string // text, json or yaml
-	Verbose    int
+	IO      *ui.IO
+	Lab     *config.Lab
+	Mgmt    func(ctx context.Context) (*kube.Client, error)
+	Output  string // text, json or yaml
+	Verbose int
 }
 
 // Report is what 'mgmt status' prints; -o json prints it whole.
@@ -49,16 +46,11 @@ var ErrNotReady = errors.New("the management stack is not ready")
 // prints a table (or JSON/YAML). It returns ErrNotReady when any
 // component is not ready. It only reads, and needs no secret.
 func Status(ctx context.Context, o StatusOptions) (*Report, error) {
-	lab, err := loadLab(ctx, o.Lab, o.Config)
-	if err != nil {
-		return nil, err
-	}
-	o.Lab = lab
 	comps, err := components.Build(o.Lab, versions.MustGet(), components.Options{IgnoreOffline: true})
 	if err != nil {
 		return nil, err
 	}
-	kc, err := connect(o.IO, o.Lab, o.Client, o.Kubeconfig, o.Verbose)
+	kc, err := o.Mgmt(ctx)
 	if err != nil {
 		return nil, err
 	}

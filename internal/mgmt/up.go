@@ -44,17 +44,20 @@ type Installer interface {
 	Install(ctx context.Context, lab *config.Lab, kubeconfig string) error
 }
 
-// OpenFunc opens the driver of a hypervisor of the lab.
-type OpenFunc func(ctx context.Context, lab *config.Lab, hypervisor string) (hypervisor.Driver, error)
+// DriverFunc opens the driver of the lab's hypervisor called name (the
+// command factory's Driver; tests hand in their own).
+type DriverFunc func(ctx context.Context, name string) (hypervisor.Driver, error)
 
 // UpOptions are the inputs of 'labctl mgmt up'.
 type UpOptions struct {
-	IO      *ui.IO
-	Request config.Request
+	IO *ui.IO
+	// Lab is the loaded lab, and Source where it was read from.
+	Lab     *config.Lab
+	Source  config.Source
 	DryRun  bool
 	Verbose int
-	// Open defaults to drivers.Open.
-	Open OpenFunc
+	// Driver opens the management hypervisor.
+	Driver DriverFunc
 	// Installer runs mgmt install (default: StackInstaller, the real one).
 	Installer Installer
 	// AddressTimeout and APITimeout bound the waits (default 15 min each:
@@ -64,16 +67,9 @@ type UpOptions struct {
 
 // Up loads the lab, opens its management hypervisor and runs the steps.
 func Up(ctx context.Context, o UpOptions) error {
-	lab, src, err := config.Load(ctx, o.Request)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(o.IO.Err, "lab %s (%s), management VM %s on hypervisor %s\n", lab.Metadata.Name, src, lab.Management.Name, lab.Management.Hypervisor)
-	open := o.Open
-	if open == nil {
-		open = drivers.Open
-	}
-	drv, err := open(ctx, lab, lab.Management.Hypervisor)
+	lab := o.Lab
+	fmt.Fprintf(o.IO.Err, "lab %s (%s), management VM %s on hypervisor %s\n", lab.Metadata.Name, o.Source, lab.Management.Name, lab.Management.Hypervisor)
+	drv, err := o.Driver(ctx, lab.Management.Hypervisor)
 	if err != nil {
 		return err
 	}
@@ -94,8 +90,10 @@ func Up(ctx context.Context, o UpOptions) error {
 	return nil
 }
 
-// UpRun is one mgmt up over one driver. Steps share what earlier ones
-// found: the image, the VM, its address.
+// UpRun is one mgmt up over one driver: kind's action context. What the
+// steps find on the way (the image, the VM, its address) comes from lazy
+// getters that look when asked, so no step depends on an earlier step's
+// plan having filled a field, and a dry run runs the same list.
 type UpRun struct {
 	lab        *config.Lab
 	drv        hypervisor.Driver
@@ -112,9 +110,9 @@ type UpRun struct {
 	hostKeyFile string
 	auth        []ssh.Signer // the user's key, to read the kubeconfig
 
-	img  hypervisor.Image
-	vm   hypervisor.VM
-	addr netip.Addr
+	img  step.Found[hypervisor.Image]
+	vm   step.Found[hypervisor.VM]
+	addr step.Found[netip.Addr]
 }
 
 // NewUp checks what the steps need from the config before anything runs:
@@ -123,7 +121,7 @@ func NewUp(lab *config.Lab, drv hypervisor.Driver, o UpOptions) (*UpRun, error) 
 	m := lab.Management
 	u := &UpRun{lab: lab, drv: drv, opts: o, apiPort: 6443, sshPort: 22}
 	if u.opts.Installer == nil {
-		u.opts.Installer = &StackInstaller{IO: o.IO, Verbose: o.Verbose}
+		u.opts.Installer = &StackInstaller{IO: o.IO, Verbose: o.Verbose, Connect: kube.Connect}
 	}
 	if u.opts.AddressTimeout == 0 {
 		u.opts.AddressTimeout = 15 * time.Minute
@@ -157,7 +155,7 @@ func NewUp(lab *config.Lab, drv hypervisor.Driver, o UpOptions) (*UpRun, error) 
 	if u.hostKeyFile, err = MgmtHostKeyPath(lab.Metadata.Name); err != nil {
 		return nil, err
 	}
-	if _, err := u.vmSpec(nil, nil); err != nil {
+	if _, err := u.vmSpec(hypervisor.Image{}, nil, nil); err != nil {
 		return nil, err
 	}
 	if !o.DryRun {
@@ -183,7 +181,7 @@ func MgmtHostKeyPath(lab string) (string, error) {
 // traefik off and the VM's address in its certificate, the installer's
 // manifests in k3s's auto-deploy folder, and a static address when
 // management.ip is set.
-func (u *UpRun) vmSpec(manifests []cloudinit.File, hostKey *cloudinit.HostKey) (hypervisor.VMSpec, error) {
+func (u *UpRun) vmSpec(img hypervisor.Image, manifests []cloudinit.File, hostKey *cloudinit.HostKey) (hypervisor.VMSpec, error) {
 	m := u.lab.Management
 	mem, err := resource.ParseQuantity(m.Size.Memory)
 	if err != nil {
@@ -205,7 +203,7 @@ func (u *UpRun) vmSpec(manifests []cloudinit.File, hostKey *cloudinit.HostKey) (
 	spec := hypervisor.VMSpec{
 		Lab: u.lab.Metadata.Name, Name: m.Name, Node: m.Node, ID: m.VMID,
 		CPUs: m.Size.CPUs, MemoryMiB: int(mem.Value() >> 20), DiskGiB: int(disk.Value() >> 30),
-		Image:   u.img,
+		Image:   img,
 		Network: hypervisor.NetworkSpec{VLAN: u.lab.Network.VLAN, MAC: mac},
 		CloudInit: hypervisor.CloudInit{
 			Hostname: m.Name, User: m.User, SSHKeys: u.keys, UserData: ud,
@@ -254,26 +252,46 @@ func (u *UpRun) Steps() []step.Step {
 	)
 }
 
-// findVM remembers the VM when it exists.
-func (u *UpRun) findVM(ctx context.Context) (bool, error) {
+// lookVM asks the hypervisor for the management VM now, as a step's
+// plan must, and remembers it when it exists.
+func (u *UpRun) lookVM(ctx context.Context) (hypervisor.VM, bool, error) {
 	vm, err := u.drv.FindVM(ctx, u.lab.Metadata.Name, u.lab.Management.Name)
 	if errors.Is(err, hypervisor.ErrNotFound) {
-		return false, nil
+		return hypervisor.VM{}, false, nil
 	}
 	if err != nil {
-		return false, err
+		return hypervisor.VM{}, false, err
 	}
-	u.vm = vm
-	return true, nil
+	u.vm.Set(vm)
+	return vm, true, nil
+}
+
+// theVM is the management VM for a step that acts on it: the one a step
+// made or found, else looked up.
+func (u *UpRun) theVM(ctx context.Context) (hypervisor.VM, error) {
+	vm, found, err := u.vm.Get(ctx, u.lookVM)
+	if err == nil && !found {
+		err = fmt.Errorf("VM %s of lab %s is not on %s", u.lab.Management.Name, u.lab.Metadata.Name, u.drv.Name())
+	}
+	return vm, err
+}
+
+// cloudImage is the cloud image on the hypervisor, put there if missing.
+func (u *UpRun) cloudImage(ctx context.Context) (hypervisor.Image, error) {
+	img, _, err := u.img.Get(ctx, func(ctx context.Context) (hypervisor.Image, bool, error) {
+		img, err := u.drv.EnsureImage(ctx, u.image)
+		return img, err == nil, err
+	})
+	return img, err
 }
 
 func (u *UpRun) planImage(ctx context.Context) ([]string, error) {
-	if ok, err := u.findVM(ctx); ok || err != nil {
+	if _, ok, err := u.lookVM(ctx); ok || err != nil {
 		return nil, err // the VM exists: its image is not needed again
 	}
 	img, err := u.drv.FindImage(ctx, u.image)
 	if err == nil {
-		u.img = img
+		u.img.Set(img)
 		return nil, nil
 	}
 	if !errors.Is(err, hypervisor.ErrNotFound) {
@@ -287,16 +305,12 @@ func (u *UpRun) planImage(ctx context.Context) ([]string, error) {
 }
 
 func (u *UpRun) applyImage(ctx context.Context) error {
-	img, err := u.drv.EnsureImage(ctx, u.image)
-	if err != nil {
-		return err
-	}
-	u.img = img
-	return nil
+	_, err := u.cloudImage(ctx)
+	return err
 }
 
 func (u *UpRun) planCreate(ctx context.Context) ([]string, error) {
-	if ok, err := u.findVM(ctx); ok || err != nil {
+	if _, ok, err := u.lookVM(ctx); ok || err != nil {
 		return nil, err
 	}
 	m := u.lab.Management
@@ -309,12 +323,9 @@ func (u *UpRun) planCreate(ctx context.Context) ([]string, error) {
 }
 
 func (u *UpRun) applyCreate(ctx context.Context) error {
-	if u.img.Volume == "" { // the image step was up to date in an earlier run
-		img, err := u.drv.EnsureImage(ctx, u.image)
-		if err != nil {
-			return err
-		}
-		u.img = img
+	img, err := u.cloudImage(ctx)
+	if err != nil {
+		return err
 	}
 	manifests, err := u.opts.Installer.K3sManifests(u.lab)
 	if err != nil {
@@ -324,7 +335,7 @@ func (u *UpRun) applyCreate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	spec, err := u.vmSpec(manifests, hk.CloudInit())
+	spec, err := u.vmSpec(img, manifests, hk.CloudInit())
 	if err != nil {
 		return err
 	}
@@ -332,61 +343,75 @@ func (u *UpRun) applyCreate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	u.vm = vm
+	u.vm.Set(vm)
 	return nil
 }
 
 func (u *UpRun) planStart(ctx context.Context) ([]string, error) {
-	ok, err := u.findVM(ctx)
+	vm, ok, err := u.lookVM(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if ok && u.vm.Running {
+	if ok && vm.Running {
 		return nil, nil
 	}
 	return []string{"start VM " + u.lab.Management.Name}, nil
 }
 
 func (u *UpRun) applyStart(ctx context.Context) error {
-	if _, err := u.findVM(ctx); err != nil {
-		return err
-	}
-	return u.drv.StartVM(ctx, u.vm)
-}
-
-func (u *UpRun) waitAddress(ctx context.Context) error {
-	if u.vm.Name == "" {
-		if _, err := u.findVM(ctx); err != nil {
-			return err
-		}
-	}
-	if u.static.IsValid() {
-		// lab.yaml says where the VM is: nothing in the guest has to
-		// report it (Ubuntu's cloud image has no guest agent). The next
-		// steps reach it there, or say they cannot.
-		u.addr = u.static.Addr()
-		step.Progress(ctx, "%s (management.ip in lab.yaml)", u.addr)
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, u.opts.AddressTimeout)
-	defer cancel()
-	stop := ticker(ctx, "waiting for "+u.drv.Name()+" to report the DHCP address of "+u.vm.Name)
-	addr, err := u.drv.WaitAddress(ctx, u.vm)
-	stop()
+	vm, err := u.theVM(ctx)
 	if err != nil {
 		return err
 	}
-	u.addr = addr
-	step.Progress(ctx, "%s (DHCP)", addr)
+	return u.drv.StartVM(ctx, vm)
+}
+
+func (u *UpRun) waitAddress(ctx context.Context) error {
+	addr, err := u.address(ctx)
+	if err != nil {
+		return err
+	}
+	how := "DHCP"
+	if u.static.IsValid() {
+		how = "management.ip in lab.yaml"
+	}
+	step.Progress(ctx, "%s (%s)", addr, how)
 	return nil
+}
+
+// address is the VM's address: management.ip when lab.yaml sets it (the
+// Ubuntu cloud image has no guest agent to report one; the next steps
+// reach it there, or say they cannot), else the DHCP address the
+// hypervisor reports, waited for within AddressTimeout.
+func (u *UpRun) address(ctx context.Context) (netip.Addr, error) {
+	addr, _, err := u.addr.Get(ctx, func(ctx context.Context) (netip.Addr, bool, error) {
+		if u.static.IsValid() {
+			return u.static.Addr(), true, nil
+		}
+		vm, err := u.theVM(ctx)
+		if err != nil {
+			return netip.Addr{}, false, err
+		}
+		ctx, cancel := context.WithTimeout(ctx, u.opts.AddressTimeout)
+		defer cancel()
+		stop := ticker(ctx, "waiting for "+u.drv.Name()+" to report the DHCP address of "+vm.Name)
+		defer stop()
+		addr, err := u.drv.WaitAddress(ctx, vm)
+		return addr, err == nil, err
+	})
+	return addr, err
 }
 
 // waitAPI waits until k3s serves HTTPS on 6443. Any HTTP answer counts:
 // the anonymous request is refused until the kubeconfig is fetched.
 func (u *UpRun) waitAPI(ctx context.Context) error {
+	addr, err := u.address(ctx)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, u.opts.APITimeout)
 	defer cancel()
-	endpoint := "https://" + netip.AddrPortFrom(u.addr, u.apiPort).String() + "/readyz"
+	endpoint := "https://" + netip.AddrPortFrom(addr, u.apiPort).String() + "/readyz"
 	stop := ticker(ctx, "waiting for "+endpoint)
 	defer stop()
 	// Only a liveness probe: no credentials go over it, and the stored
@@ -418,7 +443,7 @@ func (u *UpRun) waitAPI(ctx context.Context) error {
 
 func (u *UpRun) planKubeconfig(ctx context.Context) ([]string, error) {
 	want := fmt.Sprintf("read %s from the VM over SSH (host key checked against %s), point it at https://<VM address>:6443 and store it at %s (mode 0600)", cloudinit.K3sKubeconfigPath, u.hostKeyFile, u.kubeconfig)
-	if !u.addr.IsValid() { // dry run: the VM is not up
+	if u.opts.DryRun { // the address and k3s were not waited for
 		return []string{want}, nil
 	}
 	data, err := u.fetchKubeconfig(ctx)
@@ -448,14 +473,18 @@ func (u *UpRun) fetchKubeconfig(ctx context.Context) ([]byte, error) {
 			return nil, err
 		}
 	}
-	t := vmssh.Target{Addr: netip.AddrPortFrom(u.addr, u.sshPort), User: u.lab.Management.User, HostKey: hk.PublicKey(), Auth: u.auth}
+	addr, err := u.address(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := vmssh.Target{Addr: netip.AddrPortFrom(addr, u.sshPort), User: u.lab.Management.User, HostKey: hk.PublicKey(), Auth: u.auth}
 	ctx, cancel := context.WithTimeout(ctx, u.opts.APITimeout)
 	defer cancel()
 	began := time.Now()
 	for {
 		raw, err := vmssh.ReadFile(ctx, t, cloudinit.K3sKubeconfigPath)
 		if err == nil {
-			return rewriteKubeconfig(raw, u.addr, u.lab.Metadata.Name)
+			return rewriteKubeconfig(raw, addr, u.lab.Metadata.Name)
 		}
 		var what string
 		switch {

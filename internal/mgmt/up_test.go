@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -333,9 +334,17 @@ func TestUpEndToEndOnTestBedAPI(t *testing.T) {
 	mem.notYet = 2
 	inst := &recordingInstaller{}
 
+	dry, err := upOnce(t, t.Context(), lab, mem, inst, true)
+	if err != nil {
+		t.Fatalf("mgmt up --dry-run: %v\n%s", err, dry)
+	}
 	out, err := upOnce(t, t.Context(), lab, mem, inst, false)
 	if err != nil {
 		t.Fatalf("mgmt up: %v\n%s", err, out)
+	}
+	// The plan names exactly the steps the real run took, in order.
+	if got, want := ui.Started(dry), ui.Started(out); !slices.Equal(got, want) || len(want) < 7 {
+		t.Errorf("mgmt up --dry-run lists steps\n  %s\nbut mgmt up ran\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 	if mem.count("CreateVM") != 1 || mem.count("EnsureImage") != 1 || mem.count("StartVM") != 1 {
 		t.Errorf("calls %v; want one image, one create, one start", mem.calls)

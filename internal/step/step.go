@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/labctl/labctl/internal/ui"
@@ -44,6 +45,14 @@ func (r *Runner) Run(ctx context.Context, steps []Step) error {
 		return errors.New("step runner has no IO")
 	}
 	status := r.IO.NewStatus()
+	// A runner started inside another's step (mgmt install at the end of
+	// mgmt up) owns the screen until it returns: the outer spinner stops
+	// and the inner lines are indented under it.
+	if parent, ok := ctx.Value(statusKey{}).(*ui.Status); ok {
+		status.Nest(parent)
+		parent.Pause()
+		defer parent.Resume()
+	}
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("stopped before %s: %w", s.Name, err)
@@ -65,6 +74,7 @@ func (r *Runner) run(ctx context.Context, status *ui.Status, s Step) error {
 		}
 	}()
 	ctx = context.WithValue(ctx, reporterKey{}, status.Update)
+	ctx = context.WithValue(ctx, statusKey{}, status)
 
 	if s.Check != nil {
 		detail, err := s.Check(ctx)
@@ -94,7 +104,7 @@ func (r *Runner) run(ctx context.Context, status *ui.Status, s Step) error {
 			return nil
 		}
 		status.Warn("would change")
-		r.list("would:", changes)
+		r.list(status, "would:", changes)
 		return nil
 	}
 
@@ -106,7 +116,7 @@ func (r *Runner) run(ctx context.Context, status *ui.Status, s Step) error {
 	}
 	status.End(true)
 	if r.Verbose > 0 {
-		r.list("did:", changes)
+		r.list(status, "did:", changes)
 	}
 	return nil
 }
@@ -130,16 +140,30 @@ func fail(ctx context.Context, status *ui.Status, name string, err error) error 
 	return fmt.Errorf("%s: %w", name, err)
 }
 
-func (r *Runner) list(verb string, changes []string) {
-	st := r.IO.Styles(r.IO.Err)
+func (r *Runner) list(status *ui.Status, verb string, changes []string) {
+	st, indent := r.IO.Styles(r.IO.Err), status.Indent()
 	var b strings.Builder
 	for _, c := range changes {
-		b.WriteString("  " + st.Dim.Render(verb) + " " + c + "\n")
+		b.WriteString(indent + "  " + st.Dim.Render(verb) + " " + c + "\n")
 	}
 	_, _ = fmt.Fprint(r.IO.Err, b.String())
 }
 
 type reporterKey struct{}
+
+// statusKey holds the running step's status line, for nested runners.
+type statusKey struct{}
+
+// Println prints a notice line to w, or, inside a running step, under
+// that step's line so a spinner is never drawn over it (mgmt install's
+// "Management stack onto ..." under mgmt up's "mgmt install" step).
+func Println(ctx context.Context, w io.Writer, line string) {
+	if st, ok := ctx.Value(statusKey{}).(*ui.Status); ok {
+		st.Println(line)
+		return
+	}
+	_, _ = fmt.Fprintln(w, line)
+}
 
 // Progress updates the running step's status line from inside Plan or
 // Apply, e.g. Progress(ctx, "waiting for k3s API (%s)", elapsed). Without a

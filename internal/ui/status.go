@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,8 +32,12 @@ type Status struct {
 	styles  Styles
 	now     func() time.Time
 
+	// indent leads every line: two spaces per runner this one is nested in.
+	indent string
+
 	mu     sync.Mutex
 	active bool
+	paused bool // a nested runner has the screen; draw nothing
 	name   string
 	msg    string
 	start  time.Time
@@ -50,17 +55,79 @@ func (s *IO) NewStatus() *Status {
 	return &Status{w: s.Err, animate: s.Animate, styles: s.Styles(s.Err), now: time.Now}
 }
 
+// Nest makes st the status of a runner that runs inside parent's step:
+// its lines are indented one level deeper than parent's. Pause parent
+// while st draws.
+func (st *Status) Nest(parent *Status) {
+	st.indent = parent.indent + "  "
+}
+
+// Println prints line under the running step, above its spinner, which
+// is drawn again below it: a notice from inside a step never lands on
+// the spinner's row.
+func (st *Status) Println(line string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	drawn := st.active && st.animate && !st.paused
+	if drawn {
+		st.write(clearLine)
+	}
+	st.write(st.indent + "  " + line + "\n")
+	if drawn {
+		st.draw()
+	}
+}
+
+// Indent is what leads st's lines, for text printed under its steps.
+func (st *Status) Indent() string { return st.indent }
+
+// Pause stops the spinner and clears its line, so a nested runner can
+// write below the last finished line; Resume draws it again. Updates
+// while paused are kept, not drawn.
+func (st *Status) Pause() {
+	st.mu.Lock()
+	if !st.active || st.paused {
+		st.mu.Unlock()
+		return
+	}
+	st.paused = true
+	wait := st.takeSpinner()
+	st.mu.Unlock()
+	wait()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.animate {
+		st.write(clearLine)
+	}
+}
+
+// Resume undoes Pause: the running step's spinner comes back.
+func (st *Status) Resume() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.paused {
+		return
+	}
+	st.paused = false
+	if !st.active || !st.animate {
+		return
+	}
+	st.draw()
+	st.stop, st.done = make(chan struct{}), make(chan struct{})
+	go st.spin(st.stop, st.done)
+}
+
 // Start begins a step. A step still running is ended as a success first.
 func (st *Status) Start(name string) {
 	st.End(true)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.active = true
+	st.active, st.paused = true, false
 	st.name, st.msg = name, ""
 	st.start = st.now()
 	st.printed, st.printedAt = "", time.Time{}
 	if !st.animate {
-		st.write(st.styles.Dim.Render(SymbolPending) + " " + name + " ...\n")
+		st.write(st.indent + st.styles.Dim.Render(SymbolPending) + " " + name + " ...\n")
 		return
 	}
 	st.width = termWidth(st.w)
@@ -80,6 +147,9 @@ func (st *Status) Update(msg string) {
 		return
 	}
 	st.msg = msg
+	if st.paused {
+		return
+	}
 	if st.animate {
 		st.draw()
 		return
@@ -92,7 +162,7 @@ func (st *Status) Update(msg string) {
 		return
 	}
 	st.printed, st.printedAt = msg, now
-	st.write("  " + msg + "\n")
+	st.write(st.indent + "  " + msg + "\n")
 }
 
 // Elapsed is the time since Start.
@@ -131,15 +201,13 @@ func (st *Status) finish(mark func(string) string, detail func(time.Duration) st
 		return
 	}
 	st.active = false
+	paused := st.paused
+	st.paused = false
 	elapsed := st.now().Sub(st.start)
-	stop, done := st.stop, st.done
-	st.stop, st.done = nil, nil
+	wait := st.takeSpinner()
 	st.mu.Unlock()
 	// Wait for the spinner to exit so it cannot redraw over the final line.
-	if stop != nil {
-		close(stop)
-		<-done
-	}
+	wait()
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -147,10 +215,23 @@ func (st *Status) finish(mark func(string) string, detail func(time.Duration) st
 	if d := detail(elapsed); d != "" {
 		line += " " + st.styles.Dim.Render("("+d+")")
 	}
-	if st.animate {
+	if st.animate && !paused {
 		st.write(clearLine)
 	}
-	st.write(mark(line) + "\n")
+	st.write(st.indent + mark(line) + "\n")
+}
+
+// takeSpinner detaches the spinner goroutine; st.mu must be held. The
+// returned func, called with st.mu released, waits until it has exited.
+func (st *Status) takeSpinner() (wait func()) {
+	stop, done := st.stop, st.done
+	st.stop, st.done = nil, nil
+	return func() {
+		if stop != nil {
+			close(stop)
+			<-done
+		}
+	}
 }
 
 func (st *Status) spin(stop, done chan struct{}) {
@@ -163,7 +244,7 @@ func (st *Status) spin(stop, done chan struct{}) {
 			return
 		case <-t.C:
 			st.mu.Lock()
-			if st.active {
+			if st.active && !st.paused {
 				st.frame++
 				st.draw()
 			}
@@ -174,7 +255,7 @@ func (st *Status) spin(stop, done chan struct{}) {
 
 // draw redraws the spinner line; st.mu must be held.
 func (st *Status) draw() {
-	line := spinnerFrames[st.frame%len(spinnerFrames)] + " " + st.name
+	line := st.indent + spinnerFrames[st.frame%len(spinnerFrames)] + " " + st.name
 	if st.msg != "" {
 		line += ": " + st.styles.Dim.Render(st.msg)
 	}
@@ -207,6 +288,19 @@ var numbers = regexp.MustCompile(`[0-9]+(\.[0-9]+)?`)
 // shape is msg with its numbers blanked, so counters do not count as new text.
 func shape(msg string) string {
 	return numbers.ReplaceAllString(msg, "#")
+}
+
+// Started lists the steps a plain (not animated) status stream started,
+// in order, from its "• name ..." lines at any nesting. Tests compare a
+// dry run's steps with a real run's through it.
+func Started(plain string) []string {
+	var names []string
+	for _, l := range strings.Split(plain, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimLeft(l, " "), SymbolPending+" "); ok {
+			names = append(names, strings.TrimSuffix(rest, " ..."))
+		}
+	}
+	return names
 }
 
 // Duration formats d for people: 340ms, 1.2s, 1m02s, 1h02m03s.

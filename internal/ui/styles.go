@@ -26,18 +26,17 @@ type Styles struct {
 	Header  lipgloss.Style
 }
 
-// Styles returns styles for w, coloured only when s.Color is set.
+// Styles returns styles for w, coloured only when s.ColorOn(w). The
+// profile is set on the renderer itself: lipgloss would otherwise detect
+// one from w and the environment (CLICOLOR_FORCE), ignoring a profile
+// handed to termenv, so --no-color would not remove colour. A coloured
+// stream is a terminal, so basic ANSI follows the user's theme.
 func (s *IO) Styles(w io.Writer) Styles {
-	var r *lipgloss.Renderer
-	if s.Color {
-		r = lipgloss.NewRenderer(w)
-		// Colour was asked for even if w does not look like a terminal
-		// (e.g. --color through a pager); basic ANSI follows the user's theme.
-		if r.ColorProfile() == termenv.Ascii {
-			r.SetColorProfile(termenv.ANSI)
-		}
+	r := lipgloss.NewRenderer(w)
+	if s.ColorOn(w) {
+		r.SetColorProfile(termenv.ANSI)
 	} else {
-		r = lipgloss.NewRenderer(w, termenv.WithProfile(termenv.Ascii))
+		r.SetColorProfile(termenv.Ascii)
 	}
 	return Styles{
 		Success: r.NewStyle().Foreground(lipgloss.Color("2")),

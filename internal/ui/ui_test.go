@@ -21,7 +21,7 @@ func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 func newStatus(t *testing.T, animate, color bool) (*Status, *bytes.Buffer, *clock) {
 	t.Helper()
 	var buf bytes.Buffer
-	s := &IO{Err: &buf, Animate: animate, Color: color}
+	s := &IO{Err: &buf, ErrTTY: color, Animate: animate, Color: color}
 	st := s.NewStatus()
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	st.now = c.now
@@ -208,7 +208,7 @@ worker-long-name   pv1-2   stopped
 
 func TestTableColorKeepsAlignment(t *testing.T) {
 	var buf bytes.Buffer
-	s := &IO{Out: &buf, Color: true}
+	s := &IO{Out: &buf, OutTTY: true, Color: true}
 	if err := s.Table(&buf, []string{"NAME", "STATUS"}, [][]string{{"worker-1", "ok"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,56 @@
+package cmd
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	"github.com/labctl/labctl/internal/cluster"
+	"github.com/labctl/labctl/internal/cmdutil"
+)
+
+func newClusterCreateCmd(f *cmdutil.Factory) *cobra.Command {
+	var dryRun bool
+	var out string
+	c := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a workload cluster from lab.yaml and wait until it is usable",
+		Long: `Apply the cluster's Cluster API objects (server-side apply, field manager
+labctl), wait until the infrastructure is provisioned, the control plane is
+initialized and the kubeconfig secret exists, write the kubeconfig (mode
+0600) to $XDG_CONFIG_HOME/labctl/<lab>/<cluster>.kubeconfig, install Cilium
+into the cluster with Helm (ipam.mode kubernetes, k8sServiceHost the VIP),
+and start the cluster's cluster-autoscaler. Re-running changes nothing that is already
+right, and never touches the worker count the autoscaler chose.
+
+--dry-run -o yaml prints every object without a management cluster.`,
+		Example:           "  labctl cluster create lab1\n  labctl cluster create lab1 --dry-run\n  labctl cluster create lab1 --dry-run -o yaml",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: labNames(f, clusterNames),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out != "" {
+				if err := checkOutput(out, "yaml", "json"); err != nil {
+					return err
+				}
+				if !dryRun {
+					return usageError{errors.New("-o yaml/json prints the objects; use it with --dry-run")}
+				}
+				lab, _, err := f.Lab(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return cluster.PrintObjects(f.IO, lab, args[0], out)
+			}
+			o, err := f.ClusterOptions(cmd.Context(), args[0], true)
+			if err != nil {
+				return err
+			}
+			o.DryRun = dryRun
+			return cluster.Create(cmd.Context(), o)
+		},
+	}
+	addDryRunFlag(c, &dryRun)
+	c.Flags().StringVarP(&out, "output", "o", "", "with --dry-run: print the objects as yaml or json instead of the plan")
+	completeOutput(c, "yaml", "json")
+	return c
+}

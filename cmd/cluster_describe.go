@@ -1,0 +1,44 @@
+package cmd
+
+import (
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/labctl/labctl/internal/cluster"
+	"github.com/labctl/labctl/internal/cmdutil"
+)
+
+func newClusterDescribeCmd(f *cmdutil.Factory) *cobra.Command {
+	var out string
+	c := &cobra.Command{
+		Use:   "describe NAME",
+		Short: "Show a cluster's object tree and conditions, like clusterctl describe",
+		Long: `Show the Cluster as clusterctl describe cluster does, with clusterctl's own
+object tree: the Cluster, its infrastructure, the control plane and its
+Machines, the worker MachineDeployments and their Machines, each with its
+Ready (or Available) condition: status, reason, since and message. labctl
+adds the cluster-autoscaler Deployment and a DETAILS column (replicas,
+autoscaler bounds, machine phase and node). -o json|yaml prints the same
+tree. It reads only; no secret is printed.`,
+		Example:           "  labctl cluster describe lab1\n  labctl cluster describe lab1 -o json",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: labNames(f, clusterNames),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			o, err := f.ClusterOptions(cmd.Context(), args[0], false)
+			if err != nil {
+				return err
+			}
+			d, err := cluster.Describe(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return f.IO.Print(out, d, func(w io.Writer) error { return cluster.DescribeText(f.IO, w, d) })
+		},
+	}
+	addOutputFlag(c, &out)
+	return c
+}

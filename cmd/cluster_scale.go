@@ -1,0 +1,42 @@
+package cmd
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/labctl/labctl/internal/cluster"
+	"github.com/labctl/labctl/internal/cmdutil"
+)
+
+func newClusterScaleCmd(f *cmdutil.Factory) *cobra.Command {
+	var dryRun bool
+	var minW, maxW, replicas int
+	c := &cobra.Command{
+		Use:   "scale NAME",
+		Short: "Change a cluster's worker bounds (the autoscaler picks the count)",
+		Long: `Change the autoscaler's bounds of an autoscaled worker pool (--min, --max),
+or the count of a fixed pool (--replicas). Also change lab.yaml, or the
+next 'cluster create' sets the bounds written there again.`,
+		Example:           "  labctl cluster scale lab1 --min 0 --max 5\n  labctl cluster scale lab1 --max 8 --dry-run",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: labNames(f, clusterNames),
+		RunE: oneCluster(f, false, func(cmd *cobra.Command, o cluster.Options) error {
+			o.DryRun = dryRun
+			so := cluster.ScaleOptions{Options: o}
+			if cmd.Flags().Changed("min") {
+				so.Min = &minW
+			}
+			if cmd.Flags().Changed("max") {
+				so.Max = &maxW
+			}
+			if cmd.Flags().Changed("replicas") {
+				so.Replicas = &replicas
+			}
+			return cluster.Scale(cmd.Context(), so)
+		}),
+	}
+	c.Flags().IntVar(&minW, "min", 0, "autoscaler minimum workers")
+	c.Flags().IntVar(&maxW, "max", 0, "autoscaler maximum workers")
+	c.Flags().IntVar(&replicas, "replicas", 0, "worker count of a pool that is not autoscaled")
+	addDryRunFlag(c, &dryRun)
+	return c
+}

@@ -1,0 +1,29 @@
+package cmd
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	"github.com/labctl/labctl/internal/app"
+	"github.com/labctl/labctl/internal/cmdutil"
+)
+
+func newConfigValidateCmd(f *cmdutil.Factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate",
+		Short: "Check lab.yaml and report every problem at once",
+		Long: `Check lab.yaml: strict fields, types, addresses, references and secrets.
+Every problem is reported at once with its file, line, field path and fix.
+Exits 0 when valid, 1 when not.`,
+		Example: "  labctl config validate -c examples/lab.yaml\n  labctl config view | labctl config validate -c -",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			err := app.ConfigValidate(cmd.Context(), app.ConfigValidateOptions{IO: f.IO, LoadLab: f.Lab})
+			if errors.Is(err, app.ErrInvalid) {
+				return codeError{exitError}
+			}
+			return err
+		},
+	}
+}

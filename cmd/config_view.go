@@ -1,0 +1,34 @@
+package cmd
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/labctl/labctl/internal/app"
+	"github.com/labctl/labctl/internal/cmdutil"
+)
+
+func newConfigViewCmd(f *cmdutil.Factory) *cobra.Command {
+	var out string
+	c := &cobra.Command{
+		Use:   "view",
+		Short: "Print lab.yaml with every default filled in",
+		Long: `Print the fully defaulted lab config. Secrets appear only as the env/file
+references lab.yaml holds. The output is itself a valid lab.yaml, so it can
+be saved or piped back in; which source was read goes to stderr.`,
+		Example: "  labctl config view -c examples/lab.yaml\n  labctl config view -o json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(out); err != nil { // text is the YAML itself
+				return err
+			}
+			lab, src, err := f.Lab(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return app.ConfigView(cmd.Context(), app.ConfigViewOptions{IO: f.IO, Lab: lab, Source: src, Output: out})
+		},
+	}
+	c.Flags().StringVarP(&out, "output", "o", "yaml", "output format: yaml (also text) or json")
+	completeOutput(c, "yaml", "json")
+	return c
+}

@@ -1,0 +1,48 @@
+package cmd
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/labctl/labctl/internal/cluster"
+	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/mgmt"
+)
+
+func newMgmtDownCmd(f *cmdutil.Factory) *cobra.Command {
+	var dryRun, yes, deleteClusters, skipClusterCheck bool
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "down",
+		Short: "Delete the management VM (only VMs labctl tagged for this lab)",
+		Long: `Stop and delete the VMs labctl created for this lab's management cluster.
+VMs without labctl's tag for this lab are never touched. Asks first unless
+--yes is given; without a terminal to ask on, --yes is needed.
+
+First it asks the management cluster for Cluster API Clusters: their VMs
+would be left behind with nothing that knows them, so it refuses while any
+exist, and lists them. --delete-clusters deletes them through Cluster API
+(with their VMs) and waits, then deletes the management VM.`,
+		Example: `  labctl mgmt down
+  labctl mgmt down --dry-run
+  labctl mgmt down --delete-clusters --yes`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lab, _, err := f.Lab(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return mgmt.Down(cmd.Context(), mgmt.DownOptions{
+				IO: f.IO, Lab: lab, Driver: f.Driver, Mgmt: f.Mgmt, DryRun: dryRun, Yes: yes,
+				DeleteClusters: deleteClusters, SkipClusterCheck: skipClusterCheck, Timeout: timeout,
+			})
+		},
+	}
+	addDryRunFlag(c, &dryRun)
+	addYesFlag(c, &yes)
+	c.Flags().BoolVar(&deleteClusters, "delete-clusters", false, "delete the workload clusters through Cluster API first, and wait for them to go")
+	c.Flags().BoolVar(&skipClusterCheck, "skip-cluster-check", false, "do not ask the management cluster for workload clusters (when it no longer answers); their VMs are left behind")
+	c.Flags().DurationVar(&timeout, "timeout", cluster.DefaultTimeout, "bound on each wait while a workload cluster is deleted")
+	return c
+}

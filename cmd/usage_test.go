@@ -1,0 +1,139 @@
+package cmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/hypervisor/proxmox"
+	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/ui"
+	"go.yaml.in/yaml/v3"
+)
+
+// Every mistake in how labctl is called exits 2, names the mistake and
+// points to the --help of the command that was meant.
+func TestUsageErrorsExit2(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		want, cmd string
+	}{
+		{[]string{"cluster", "delte"}, `unknown command "delte" for "labctl cluster"; did you mean delete?`, "labctl cluster"},
+		{[]string{"bogus"}, `unknown command "bogus" for "labctl"`, "labctl"},
+		{[]string{"mgmt", "upp"}, `unknown command "upp" for "labctl mgmt"; did you mean up?`, "labctl mgmt"},
+		{[]string{"cluster", "delete"}, "accepts 1 arg(s), received 0", "labctl cluster delete"},
+		{[]string{"cluster", "delete", "a", "b"}, "accepts 1 arg(s), received 2", "labctl cluster delete"},
+		{[]string{"version", "extra"}, `unknown command "extra" for "labctl version"`, "labctl version"},
+		{[]string{"image", "build", "a", "b"}, "accepts at most 1 arg(s), received 2", "labctl image build"},
+		{[]string{"cluster", "list", "--bogus"}, "unknown flag: --bogus", "labctl cluster list"},
+		{[]string{"mgmt", "up", "--yes"}, "unknown flag: --yes", "labctl mgmt up"},
+	} {
+		code, out, errOut := run(t, "", tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, "Error: "+tc.want) || !strings.Contains(errOut, "Run '"+tc.cmd+" --help' for usage.") {
+			t.Errorf("labctl %s: exit %d, stderr %q; want exit 2, %q and a pointer to '%s --help'", strings.Join(tc.args, " "), code, errOut, tc.want, tc.cmd)
+		}
+		if out != "" {
+			t.Errorf("labctl %s: a usage error printed to stdout: %q", strings.Join(tc.args, " "), out)
+		}
+	}
+	// A group alone is a question, not a mistake: its help, exit 0.
+	if code, out, _ := run(t, "", "cluster"); code != 0 || !strings.Contains(out, "Available Commands:") {
+		t.Errorf("labctl cluster: exit %d\n%s", code, out)
+	}
+}
+
+// --yes is offered only where labctl asks before it deletes.
+func TestYesOnlyWhereAsked(t *testing.T) {
+	root := NewRoot(testFactory())
+	for _, c := range allCommands(root) {
+		asks := c.CommandPath() == "labctl cluster delete" || c.CommandPath() == "labctl mgmt down"
+		if has := c.Flags().Lookup("yes") != nil; has != asks {
+			t.Errorf("%s: --yes offered = %v, want %v", c.CommandPath(), has, asks)
+		}
+	}
+}
+
+// Without a terminal on stdin, a deletion that would ask refuses and says
+// to pass --yes; nothing is read from the script's stdin as an answer.
+func TestDeleteWithoutTerminalNeedsYes(t *testing.T) {
+	srv, lab := proxmoxLab(t)
+	code, _, errOut := runOn(t, terminal{err: true}, "y\n", nil, "mgmt", "down", "-c", lab, "--skip-cluster-check")
+	if code != 1 || !strings.Contains(errOut, "stdin is not a terminal; pass --yes") {
+		t.Fatalf("mgmt down without a terminal: exit %d\n%s", code, errOut)
+	}
+	if n := len(srv.VMs()); n != 1 {
+		t.Errorf("%d VMs left, want the 1 that was there", n)
+	}
+	// With a terminal it asks, and "y" deletes.
+	code, _, errOut = runOn(t, terminal{in: true, err: true}, "y\n", nil, "mgmt", "down", "-c", lab, "--skip-cluster-check")
+	if code != 0 || !strings.Contains(errOut, "with their disks? [y/N]") || len(srv.VMs()) != 0 {
+		t.Errorf("mgmt down on a terminal: exit %d, %d VMs left\n%s", code, len(srv.VMs()), errOut)
+	}
+}
+
+// testLab writes the example lab with a public key that exists.
+func testLab(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	key := filepath.Join(dir, "id.pub")
+	if err := os.WriteFile(key, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("../examples/lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab := filepath.Join(dir, "lab.yaml")
+	if err := os.WriteFile(lab, []byte(strings.Replace(string(data), "~/.ssh/id_ed25519.pub", key, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return lab
+}
+
+// isJSON fails unless out is one JSON document.
+func isJSON(t *testing.T, what, out string) {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Errorf("%s -o json is not JSON: %v\n%s", what, err, out)
+	}
+}
+
+// proxmoxLab is the example lab pointed at a strict fake PVE on loopback
+// holding the lab's management VM, written to a file for -c.
+func proxmoxLab(t *testing.T) (*pvetest.Server, string) {
+	t.Helper()
+	srv := pvetest.New(t, pvetest.WithAddr("127.0.0.2:0"))
+	srv.AddVM("pv1-1", 201, "labctl-mgmt", 1024, true, false, "labctl", "labctl-lab-home")
+	raw, err := os.ReadFile(testLab(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	pve := doc["hypervisors"].([]any)[0].(map[string]any)["proxmox"].(map[string]any)
+	pve["url"] = srv.URL
+	pve["tls"] = map[string]any{"fingerprint": proxmox.Fingerprint(srv.Certificate())}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "lab.yaml")
+	if err := os.WriteFile(p, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PVE_TOKEN_SECRET", srv.Secret)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	return srv, p
+}
+
+// testFactory is a factory over buffers, for building the command tree.
+func testFactory() *cmdutil.Factory {
+	return cmdutil.New(&ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}}, &cmdutil.Settings{})
+}
