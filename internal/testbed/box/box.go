@@ -69,6 +69,7 @@ type Option func(*options)
 type options struct {
 	providers []string
 	crdsOf    []string
+	env       map[string][]string
 }
 
 // WithProviders runs these upstream providers' managers (names as in
@@ -84,6 +85,18 @@ func WithCRDsOf(providers ...string) Option {
 	return func(o *options) { o.crdsOf = append(o.crdsOf, providers...) }
 }
 
+// WithEnv adds environment variables (NAME=value) to a provider manager's
+// process, as a Deployment's env would: for CAPMOX, PROXMOX_URL and the
+// rest of its credentials.
+func WithEnv(provider string, env ...string) Option {
+	return func(o *options) {
+		if o.env == nil {
+			o.env = map[string][]string{}
+		}
+		o.env[provider] = append(o.env[provider], env...)
+	}
+}
+
 // managerArgs are each provider manager's command line, given its webhook
 // port, certificate folder and health port. Only what a real Deployment
 // would set differently here: the kubeconfig replaces the in-cluster
@@ -93,6 +106,8 @@ var managerArgs = map[string]func(webhookPort, healthPort, diagPort int, certDir
 	"cluster-api":           capiArgs,
 	"kubeadm-bootstrap":     capiArgs,
 	"kubeadm-control-plane": capiArgs,
+	"capmox":                capmoxArgs,
+	"ipam-in-cluster":       ipamArgs,
 }
 
 // capiArgs are the flags of Cluster API's managers (main.go in
@@ -125,7 +140,7 @@ func Start(t testing.TB, opts ...Option) *Box {
 	bins := map[string]string{"kube-controller-manager": filepath.Join(assets, "kube-controller-manager")}
 	for _, p := range o.providers {
 		if managerArgs[p] == nil {
-			t.Fatalf("box: provider %q is not wired into the box yet (wired: cluster-api, kubeadm-bootstrap, kubeadm-control-plane)", p)
+			t.Fatalf("box: provider %q is not wired into the box yet (wired: %s)", p, strings.Join(wired(), ", "))
 		}
 		bins[p] = filepath.Join(assets, p)
 	}
@@ -158,6 +173,9 @@ func Start(t testing.TB, opts ...Option) *Box {
 			t.Fatalf("box: %v", err)
 		}
 		s := &served{name: name, webhookPort: ports[0], health: ports[1], diag: ports[2]}
+		if p := fixedWebhookPort[name]; p != 0 {
+			s.webhookPort = p
+		}
 		s.webhookURL = "https://127.0.0.1:" + strconv.Itoa(s.webhookPort)
 		c, err := upstream.Get(t.Context(), root, name)
 		if err != nil {
@@ -229,7 +247,14 @@ func Start(t testing.TB, opts ...Option) *Box {
 		// controller, whose key envtest keeps to itself.)
 		"--secure-port=0")
 	for _, s := range all {
-		b.run(t, s.name, bins[s.name], dir, managerArgs[s.name](s.webhookPort, s.health, s.diag, dir, env.Kubeconfig)...)
+		extra, err := managerEnv(s.name, dir)
+		if err != nil {
+			t.Fatalf("box: %v", err)
+		}
+		if fixedWebhookPort[s.name] != 0 {
+			holdPort(t, s.name, s.webhookPort)
+		}
+		b.runEnv(t, s.name, bins[s.name], dir, append(extra, o.env[s.name]...), managerArgs[s.name](s.webhookPort, s.health, s.diag, dir, env.Kubeconfig)...)
 	}
 	for _, s := range all {
 		waitReady(t, b.Procs[s.name], s.webhookURL, "http://127.0.0.1:"+strconv.Itoa(s.health)+"/readyz", ca)
@@ -273,6 +298,12 @@ func pointAt(cc admissionregistrationv1.WebhookClientConfig, base string, ca []b
 // ends: SIGTERM, then SIGKILL after 10 s. A failed test gets the log's tail.
 func (b *Box) run(t testing.TB, name, bin, dir string, args ...string) {
 	t.Helper()
+	b.runEnv(t, name, bin, dir, nil, args...)
+}
+
+// runEnv is run with extra environment variables (NAME=value).
+func (b *Box) runEnv(t testing.TB, name, bin, dir string, env []string, args ...string) {
+	t.Helper()
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -280,7 +311,7 @@ func (b *Box) run(t testing.TB, name, bin, dir string, args ...string) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+b.Env.Kubeconfig)
+	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+b.Env.Kubeconfig), env...)
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		t.Fatalf("box: starting %s: %v", name, err)
