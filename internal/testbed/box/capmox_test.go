@@ -117,7 +117,8 @@ func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := pvetest.New(t, pvetest.WithAddr(pveAddr+":0"), pvetest.WithCertificate(cert))
+	// No guest boots in the fake, so no guest agent ever answers.
+	fake := pvetest.New(t, pvetest.WithAddr(pveAddr+":0"), pvetest.WithCertificate(cert), pvetest.WithoutGuestAgent())
 	caFile := filepath.Join(t.TempDir(), "pve-root-ca.pem")
 	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
@@ -136,6 +137,14 @@ func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
 	// labctl's templateSelector matches.
 	img := lab.Images[0]
 	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
+	// The management VM (vmid 201) and another VM already hold ids at the
+	// start of the lab's vmidRange.
+	fake.AddVM("pv1-1", lab.Management.VMID, lab.Management.Name, 8192, true, false)
+	fake.AddVM("pv1-1", 200, "owner-vm", 1024, false, false)
+	before := map[int]bool{}
+	for _, v := range fake.VMs() {
+		before[v.ID] = true
+	}
 
 	env := append(capmoxEnv(t, lab),
 		// CAPMOX v0.9.0 cmd/main.go: PROXMOX_INSECURE defaults to "true"
@@ -159,7 +168,7 @@ func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
 	var vm pvetest.VM
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		if v, ok := findClone(fake, templateID); ok && v.Running {
+		if v, ok := findClone(fake, before); ok && v.Running {
 			vm = v
 			break
 		}
@@ -175,6 +184,11 @@ func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
 	}
 	t.Logf("CAPMOX made VM %d %q on %s: %v", vm.ID, vm.Name(), vm.Node, vm.Config)
 
+	// The lab's vmidRange is where labctl's VMs get their ids
+	// (docs/config.md), the cluster's machines too.
+	if r := lab.Hypervisors[0].Proxmox.VMIDRange; r == nil || vm.ID < r.Start || vm.ID > r.End {
+		t.Errorf("CAPMOX gave the control-plane VM id %d, outside the lab's vmidRange %+v", vm.ID, r)
+	}
 	if got, w := vm.Config["cores"], fmt.Sprint(want.cores); got != w {
 		t.Errorf("VM %d cores = %q, want the ProxmoxMachineTemplate's numCores %s", vm.ID, got, w)
 	}
@@ -252,10 +266,11 @@ func machineSpec(t *testing.T, tmpl *unstructured.Unstructured) wantSpec {
 	return w
 }
 
-// findClone is the VM cloned from the template: any VM but the template.
-func findClone(fake *pvetest.Server, template int) (pvetest.VM, bool) {
+// findClone is the VM cloned from the template: the one VM that was not
+// there before.
+func findClone(fake *pvetest.Server, before map[int]bool) (pvetest.VM, bool) {
 	for _, v := range fake.VMs() {
-		if v.ID != template && v.Config["template"] != "1" {
+		if !before[v.ID] {
 			return v, true
 		}
 	}
