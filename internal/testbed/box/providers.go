@@ -94,7 +94,9 @@ func wired() []string {
 func holdPort(t testing.TB, name string, port int) {
 	t.Helper()
 	path := filepath.Join(os.TempDir(), "labctl-box-port-"+strconv.Itoa(port)+".lock")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	// Read-only is enough for flock, so a lock file another user made
+	// (mode 0644 under the usual umask) serves every user.
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDONLY, 0o644)
 	if err != nil {
 		t.Fatalf("box: locking port %d for %s: %v", port, name, err)
 	}
