@@ -72,6 +72,15 @@ type proxmoxMachineSpec struct {
 	MemoryMiB        int32             `json:"memoryMiB"`
 	Disks            disks             `json:"disks"`
 	Network          network           `json:"network"`
+	// VMIDRange keeps the machines' VM ids in the lab's vmidRange: without
+	// it CAPMOX takes /cluster/nextid, the lowest free id (measured: 100
+	// for lab1's first machine against the lab's 200-299).
+	VMIDRange *vmIDRange `json:"vmIDRange,omitempty"`
+}
+
+type vmIDRange struct {
+	Start int64 `json:"start"`
+	End   int64 `json:"end"`
 }
 
 type templateSelector struct {

@@ -316,6 +316,9 @@ func (r *renderer) machineTemplate(role string, size config.Size) (*proxmoxMachi
 		dev.VLAN = int32(v)
 	}
 	spec.Network.NetworkDevices = []networkDevice{dev}
+	if vr := r.px.VMIDRange; vr != nil {
+		spec.VMIDRange = &vmIDRange{Start: int64(vr.Start), End: int64(vr.End)}
+	}
 	switch t := r.c.Template; {
 	case t.TemplateID != 0:
 		spec.SourceNode = t.SourceNode

@@ -15,16 +15,10 @@
 package box
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -69,6 +63,7 @@ type Option func(*options)
 type options struct {
 	providers []string
 	crdsOf    []string
+	env       map[string][]string
 }
 
 // WithProviders runs these upstream providers' managers (names as in
@@ -84,6 +79,18 @@ func WithCRDsOf(providers ...string) Option {
 	return func(o *options) { o.crdsOf = append(o.crdsOf, providers...) }
 }
 
+// WithEnv adds environment variables (NAME=value) to a provider manager's
+// process, as a Deployment's env would: for CAPMOX, PROXMOX_URL and the
+// rest of its credentials.
+func WithEnv(provider string, env ...string) Option {
+	return func(o *options) {
+		if o.env == nil {
+			o.env = map[string][]string{}
+		}
+		o.env[provider] = append(o.env[provider], env...)
+	}
+}
+
 // managerArgs are each provider manager's command line, given its webhook
 // port, certificate folder and health port. Only what a real Deployment
 // would set differently here: the kubeconfig replaces the in-cluster
@@ -93,6 +100,8 @@ var managerArgs = map[string]func(webhookPort, healthPort, diagPort int, certDir
 	"cluster-api":           capiArgs,
 	"kubeadm-bootstrap":     capiArgs,
 	"kubeadm-control-plane": capiArgs,
+	"capmox":                capmoxArgs,
+	"ipam-in-cluster":       ipamArgs,
 }
 
 // capiArgs are the flags of Cluster API's managers (main.go in
@@ -125,7 +134,7 @@ func Start(t testing.TB, opts ...Option) *Box {
 	bins := map[string]string{"kube-controller-manager": filepath.Join(assets, "kube-controller-manager")}
 	for _, p := range o.providers {
 		if managerArgs[p] == nil {
-			t.Fatalf("box: provider %q is not wired into the box yet (wired: cluster-api, kubeadm-bootstrap, kubeadm-control-plane)", p)
+			t.Fatalf("box: provider %q is not wired into the box yet (wired: %s)", p, strings.Join(wired(), ", "))
 		}
 		bins[p] = filepath.Join(assets, p)
 	}
@@ -158,6 +167,9 @@ func Start(t testing.TB, opts ...Option) *Box {
 			t.Fatalf("box: %v", err)
 		}
 		s := &served{name: name, webhookPort: ports[0], health: ports[1], diag: ports[2]}
+		if p := fixedWebhookPort[name]; p != 0 {
+			s.webhookPort = p
+		}
 		s.webhookURL = "https://127.0.0.1:" + strconv.Itoa(s.webhookPort)
 		c, err := upstream.Get(t.Context(), root, name)
 		if err != nil {
@@ -229,7 +241,14 @@ func Start(t testing.TB, opts ...Option) *Box {
 		// controller, whose key envtest keeps to itself.)
 		"--secure-port=0")
 	for _, s := range all {
-		b.run(t, s.name, bins[s.name], dir, managerArgs[s.name](s.webhookPort, s.health, s.diag, dir, env.Kubeconfig)...)
+		extra, err := managerEnv(s.name, dir)
+		if err != nil {
+			t.Fatalf("box: %v", err)
+		}
+		if fixedWebhookPort[s.name] != 0 {
+			holdPort(t, s.name, s.webhookPort)
+		}
+		b.runEnv(t, s.name, bins[s.name], dir, append(extra, o.env[s.name]...), managerArgs[s.name](s.webhookPort, s.health, s.diag, dir, env.Kubeconfig)...)
 	}
 	for _, s := range all {
 		waitReady(t, b.Procs[s.name], s.webhookURL, "http://127.0.0.1:"+strconv.Itoa(s.health)+"/readyz", ca)
@@ -273,6 +292,12 @@ func pointAt(cc admissionregistrationv1.WebhookClientConfig, base string, ca []b
 // ends: SIGTERM, then SIGKILL after 10 s. A failed test gets the log's tail.
 func (b *Box) run(t testing.TB, name, bin, dir string, args ...string) {
 	t.Helper()
+	b.runEnv(t, name, bin, dir, nil, args...)
+}
+
+// runEnv is run with extra environment variables (NAME=value).
+func (b *Box) runEnv(t testing.TB, name, bin, dir string, env []string, args ...string) {
+	t.Helper()
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -280,7 +305,7 @@ func (b *Box) run(t testing.TB, name, bin, dir string, args ...string) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+b.Env.Kubeconfig)
+	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+b.Env.Kubeconfig), env...)
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		t.Fatalf("box: starting %s: %v", name, err)
@@ -391,51 +416,19 @@ func freePorts(n int) ([]int, error) {
 // dir, where controller-runtime's webhook server looks, and returns the
 // CA's PEM for the caBundles.
 func newServingCert(dir string) ([]byte, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := NewCA("labctl test box webhook CA")
 	if err != nil {
-		return nil, fmt.Errorf("making the webhook CA: %w", err)
+		return nil, err
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "labctl test box webhook CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	crt, key, err := ca.Issue("127.0.0.1", net.ParseIP("127.0.0.1"))
 	if err != nil {
-		return nil, fmt.Errorf("making the webhook CA: %w", err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("making the webhook serving key: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames:     []string{"localhost"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caTmpl, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("making the webhook serving certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("making the webhook serving key: %w", err)
+		return nil, err
 	}
 	var errs []error
-	errs = append(errs, os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	errs = append(errs, os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "tls.crt"), crt, 0o600))
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "tls.key"), key, 0o600))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("writing the webhook serving certificate: %w", err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
+	return ca.PEM, nil
 }

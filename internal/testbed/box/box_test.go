@@ -32,14 +32,15 @@ func renderLab1(t *testing.T) *clusterapi.Rendered {
 }
 
 // The objects of `labctl cluster create lab1`, applied by labctl's own
-// apply to the box, pass the real Cluster API webhooks, and the real
+// apply to the box, pass the real webhooks of every provider labctl
+// installs (Cluster API core, kubeadm bootstrap and control plane, CAPMOX,
+// in-cluster IPAM), and the real
 // defaulting webhook does what labctl relies on: it sets the autoscaled
 // MachineDeployment's replicas from the autoscaler's min-size annotation,
 // which labctl leaves unset. A refused object reaches labctl's caller with
 // the webhook's own message.
 func TestRealCAPIWebhooks(t *testing.T) {
-	b := box.Start(t, box.WithProviders("cluster-api"),
-		box.WithCRDsOf("kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster"))
+	b := box.Start(t, box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster"))
 	kc := kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -87,8 +88,10 @@ func TestRealCAPIWebhooks(t *testing.T) {
 		if phase != "Provisioning" {
 			t.Errorf("Cluster %s status.phase = %q after 90 s, want Provisioning from the real Cluster controller", cluster.GetName(), phase)
 		}
-		if exited, err := b.Procs["cluster-api"].Exited(); exited {
-			t.Errorf("the Cluster API manager exited after lab1 was applied: %v", err)
+		for name, p := range b.Procs {
+			if exited, err := p.Exited(); exited {
+				t.Errorf("%s exited after lab1 was applied: %v", name, err)
+			}
 		}
 	})
 
@@ -97,22 +100,43 @@ func TestRealCAPIWebhooks(t *testing.T) {
 		if err := unstructured.SetNestedField(bad.Object, "v1.35", "spec", "template", "spec", "version"); err != nil {
 			t.Fatal(err)
 		}
-		// The namespace too, so this subtest also runs alone.
-		_, err := kc.Apply(ctx, []*unstructured.Unstructured{r.Objects[0], bad}, kube.ApplyOptions{})
-		if err == nil {
-			t.Fatal("the box accepted a MachineDeployment with version v1.35")
-		}
-		msg := err.Error()
-		t.Logf("labctl reports: %s", msg)
-		for _, want := range []string{
+		wantRefusal(ctx, t, kc, r.Objects[0], bad, "a MachineDeployment with version v1.35",
 			`admission webhook "validation.machinedeployment.cluster.x-k8s.io" denied the request`,
-			`spec.template.spec.version: Invalid value: "v1.35": must be a valid semantic version`,
-		} {
-			if !strings.Contains(msg, want) {
-				t.Errorf("error does not carry %q:\n%s", want, msg)
-			}
-		}
+			`spec.template.spec.version: Invalid value: "v1.35": must be a valid semantic version`)
 	})
+
+	// CAPMOX's own validating webhook refuses a control-plane VIP inside
+	// the node IP range (internal/webhook/proxmoxcluster_webhook.go,
+	// validateControlPlaneEndpoint, v0.9.0), on create and on update.
+	t.Run("a CAPMOX refusal carries the webhook's message", func(t *testing.T) {
+		pc := r.Find("ProxmoxCluster", "")
+		bad := pc.DeepCopy()
+		// Inside examples/lab.yaml's nodeIPRange 192.168.4.40-59: an
+		// object's field, never dialled.
+		if err := unstructured.SetNestedField(bad.Object, "192.168.4.45", "spec", "controlPlaneEndpoint", "host"); err != nil {
+			t.Fatal(err)
+		}
+		wantRefusal(ctx, t, kc, r.Objects[0], bad, "a ProxmoxCluster whose VIP 192.168.4.45 is inside its node IP range",
+			`admission webhook "validation.proxmoxcluster.infrastructure.cluster.x-k8s.io" denied the request`,
+			`spec.IPv4Config.addresses: Invalid value: ["192.168.4.40-192.168.4.59"]: addresses may not contain the endpoint IP`)
+	})
+}
+
+// wantRefusal applies bad (with its namespace, so a subtest also runs
+// alone) through labctl's apply and wants an error carrying each of want.
+func wantRefusal(ctx context.Context, t *testing.T, kc *kube.Client, ns, bad *unstructured.Unstructured, what string, want ...string) {
+	t.Helper()
+	_, err := kc.Apply(ctx, []*unstructured.Unstructured{ns, bad}, kube.ApplyOptions{})
+	if err == nil {
+		t.Fatalf("the box accepted %s", what)
+	}
+	msg := err.Error()
+	t.Logf("labctl reports: %s", msg)
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("error does not carry %q:\n%s", w, msg)
+		}
+	}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

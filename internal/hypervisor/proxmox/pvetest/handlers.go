@@ -606,10 +606,8 @@ func vmConfig(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]any{"digest": DigestOf(v.Config)}
-	for k, x := range v.Config {
-		out[k] = x
-	}
+	out := c.s.schema.Typed("GET", "/nodes/{node}/qemu/{vmid}/config", v.Config)
+	out["digest"] = DigestOf(v.Config)
 	return out, nil
 }
 
@@ -621,22 +619,7 @@ func setVMConfig(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d := c.p["digest"]; d != "" && d != DigestOf(v.Config) {
-		return nil, fail(500, "detected modified configuration - file changed by other user? Try again.")
-	}
-	if v.Lock != "" {
-		return nil, fail(500, "VM is locked (%s)", v.Lock)
-	}
-	for k, x := range c.p {
-		switch k {
-		case "node", "vmid", "digest":
-		case "tags", "description", "name":
-			v.Config[k] = x
-		default:
-			return nil, fail(501, "pvetest: setting %q is valid but not implemented here", k)
-		}
-	}
-	return nil, nil
+	return nil, c.updateConfig(v)
 }
 
 func vmStatus(c *call) (any, error) {

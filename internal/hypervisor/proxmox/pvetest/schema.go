@@ -32,6 +32,9 @@ type method struct {
 		Properties           map[string]*prop `json:"properties"`
 		AdditionalProperties any              `json:"additionalProperties"`
 	} `json:"parameters"`
+	Returns struct {
+		Properties map[string]*prop `json:"properties"`
+	} `json:"returns"`
 }
 
 type prop struct {
@@ -244,6 +247,44 @@ func (s *Schema) Check(httpMethod, path string, params map[string]string) (tmpl 
 	return tmpl, errs
 }
 
+// Typed turns an object's string values into the JSON types the method's
+// returns schema gives them, as PVE's JSON formatter writes them: integer
+// and number as numbers, boolean as 0 or 1, the rest as strings. So a
+// client that decodes cores into an int sees what a real PVE sends.
+func (s *Schema) Typed(httpMethod, tmpl string, obj map[string]string) map[string]any {
+	var props map[string]*prop
+	for _, r := range s.routes {
+		if r.path == tmpl {
+			if m := r.methods[httpMethod]; m != nil {
+				props = m.Returns.Properties
+			}
+		}
+	}
+	out := make(map[string]any, len(obj))
+	for k, v := range obj {
+		out[k] = v
+		p := lookup(props, k)
+		if p == nil {
+			continue
+		}
+		switch p.Type {
+		case "integer":
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				out[k] = n
+			}
+		case "number":
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				out[k] = f
+			}
+		case "boolean":
+			if boolRe.MatchString(v) {
+				out[k] = map[bool]int{true: 1, false: 0}[trueRe.MatchString(v)]
+			}
+		}
+	}
+	return out
+}
+
 var indexed = regexp.MustCompile(`^([a-z_-]+?)(\d+)$`)
 
 func lookup(props map[string]*prop, name string) *prop {
@@ -259,6 +300,7 @@ func lookup(props map[string]*prop, name string) *prop {
 var (
 	intRe     = regexp.MustCompile(`^-?\d+$`)
 	boolRe    = regexp.MustCompile(`(?i)^(0|1|true|false|yes|no|on|off)$`)
+	trueRe    = regexp.MustCompile(`(?i)^(1|true|yes|on)$`)
 	tagRe     = regexp.MustCompile(`(?i)^[a-z0-9_][a-z0-9_\-+.]*$`)
 	nodeRe    = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?$`)
 	storageRe = regexp.MustCompile(`(?i)^[a-z][a-z0-9\-_.]*[a-z0-9]$`)

@@ -15,6 +15,7 @@ package pvetest
 
 import (
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -64,6 +65,7 @@ type Server struct {
 	onReq    func(Request)
 	addr     string
 	addrHook func(vm *VM) (string, bool)
+	cert     *tls.Certificate
 }
 
 // OnGuestAddress overrides the IPv4 address (a.b.c.d/n) the guest agent
@@ -158,6 +160,12 @@ type Option func(*Server)
 // test puts the management VM at 127.0.0.1. Loopback only.
 func WithAddr(addr string) Option { return func(s *Server) { s.addr = addr } }
 
+// WithCertificate serves this certificate instead of httptest's built-in
+// one (which names only 127.0.0.1 and ::1): for a client that verifies
+// the server against a test CA of its own, at an address such as
+// 127.77.0.8.
+func WithCertificate(c tls.Certificate) Option { return func(s *Server) { s.cert = &c } }
+
 // WithTaskDelay sets how long tasks stay running (default 30 ms).
 func WithTaskDelay(d time.Duration) Option { return func(s *Server) { s.taskDelay = d } }
 
@@ -207,6 +215,9 @@ func New(t testing.TB, opts ...Option) *Server {
 	}
 	// TLS tests make failed handshakes on purpose; keep them out of the log.
 	s.Config.ErrorLog = log.New(io.Discard, "", 0)
+	if s.cert != nil {
+		s.TLS = &tls.Config{Certificates: []tls.Certificate{*s.cert}}
+	}
 	s.StartTLS()
 	t.Cleanup(func() {
 		s.Close()

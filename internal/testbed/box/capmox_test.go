@@ -1,0 +1,338 @@
+package box_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/labctl/labctl/internal/clusterapi"
+	"github.com/labctl/labctl/internal/components"
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/testbed/box"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// The test lab: examples/lab.yaml with its addresses moved onto loopback.
+// PVE 192.168.0.8 becomes 127.77.0.8, the VM network 192.168.4.0/24
+// becomes 127.77.0.0/24 (VIP 127.77.0.30, nodes 127.77.0.40-59). Only the
+// fake PVE listens on one of them; nothing leaves the machine.
+const (
+	pveAddr    = "127.77.0.8"
+	templateID = 9000
+)
+
+// testLab writes examples/lab.yaml onto loopback, with the fake PVE's URL
+// and the test CA as its tls.caFile, and loads it as labctl would.
+func testLab(t *testing.T, pveURL, caFile string) *config.Lab {
+	t.Helper()
+	data, err := os.ReadFile("../../../examples/lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for _, r := range [][2]string{
+		{"https://192.168.0.8:8006", pveURL},
+		{"~/.config/labctl/pve-root-ca.pem", caFile},
+		{"192.168.4.", "127.77.0."},
+	} {
+		if !strings.Contains(s, r[0]) {
+			t.Fatalf("examples/lab.yaml no longer holds %q; update this test's loopback mapping", r[0])
+		}
+		s = strings.ReplaceAll(s, r[0], r[1])
+	}
+	for i, line := range strings.Split(s, "\n") {
+		if value, _, _ := strings.Cut(line, "#"); strings.Contains(value, "192.168.") {
+			t.Fatalf("the test lab still names a LAN address on line %d: %s", i+1, line)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "lab.yaml")
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lab, _, err := config.Load(context.Background(), config.Request{Path: path, Explicit: true})
+	if err != nil {
+		t.Fatalf("loading the loopback lab: %v", err)
+	}
+	return lab
+}
+
+// capmoxEnv is what CAPMOX's process gets from labctl's configSecret in a
+// real cluster: cluster-api-operator substitutes the Secret's
+// PROXMOX_URL, PROXMOX_TOKEN and PROXMOX_SECRET into CAPMOX's components,
+// whose Secret capmox-manager-credentials (config/default/
+// proxmox-credentials-secret.yaml, v0.9.0) the Deployment's env reads
+// (manager_credentials_patch.yaml).
+func capmoxEnv(t *testing.T, lab *config.Lab) []string {
+	t.Helper()
+	cs, err := components.Build(lab, versions.MustGet(), components.Options{ReadSecret: config.ReadSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		for _, o := range c.Objects {
+			if o.GetKind() != "Secret" || o.GetName() != components.ProxmoxSecret {
+				continue
+			}
+			data, _, _ := unstructured.NestedStringMap(o.Object, "data")
+			var env []string
+			for _, k := range []string{"PROXMOX_URL", "PROXMOX_TOKEN", "PROXMOX_SECRET"} {
+				v, err := base64.StdEncoding.DecodeString(data[k])
+				if err != nil || len(v) == 0 {
+					t.Fatalf("configSecret %s: key %s is missing or not base64: %v", components.ProxmoxSecret, k, err)
+				}
+				env = append(env, k+"="+string(v))
+			}
+			return env
+		}
+	}
+	t.Fatalf("labctl renders no configSecret %s for CAPMOX", components.ProxmoxSecret)
+	return nil
+}
+
+// The real CAPMOX, run by the box beside the real Cluster API core,
+// kubeadm bootstrap and control plane and in-cluster IPAM managers, makes
+// the control-plane VM of lab1 in the strict fake PVE over verified TLS:
+// it clones the template labctl's templateSelector matches, configures
+// the ProxmoxMachineTemplate's cores, memory and net0, uploads the
+// cloud-init ISO and starts the VM, with an address from the in-cluster
+// IPAM pool.
+func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
+	ca, err := box.NewCA("labctl test PVE CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.TLSCertificate(pveAddr, net.ParseIP(pveAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No guest boots in the fake, so no guest agent ever answers.
+	fake := pvetest.New(t, pvetest.WithAddr(pveAddr+":0"), pvetest.WithCertificate(cert), pvetest.WithoutGuestAgent())
+	caFile := filepath.Join(t.TempDir(), "pve-root-ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PVE_TOKEN_SECRET", fake.Secret)
+	lab := testLab(t, fake.URL, caFile)
+
+	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", SSHKeys: []string{sshKey}, Pins: versions.MustGet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpTmpl := controlPlaneTemplate(t, r)
+	want := machineSpec(t, cpTmpl)
+
+	// The template image-builder would have left on pv1-1, with the tags
+	// labctl's templateSelector matches.
+	img := lab.Images[0]
+	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
+	// The management VM (vmid 201) and another VM already hold ids at the
+	// start of the lab's vmidRange.
+	fake.AddVM("pv1-1", lab.Management.VMID, lab.Management.Name, 8192, true, false)
+	fake.AddVM("pv1-1", 200, "owner-vm", 1024, false, false)
+	before := map[int]bool{}
+	for _, v := range fake.VMs() {
+		before[v.ID] = true
+	}
+
+	env := append(capmoxEnv(t, lab),
+		// CAPMOX v0.9.0 cmd/main.go: PROXMOX_INSECURE defaults to "true"
+		// (skip verification); the box turns verification on, and Go's
+		// system pool (tlshelper.SystemRootsWithFile returns nil without
+		// --proxmox-root-cert-file) reads SSL_CERT_FILE.
+		"PROXMOX_INSECURE=false",
+		"SSL_CERT_FILE="+caFile,
+	)
+	b := box.Start(t,
+		box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox"),
+		box.WithEnv("capmox", env...))
+	kc := kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	if _, err := kc.Apply(ctx, r.Objects, kube.ApplyOptions{}); err != nil {
+		t.Fatalf("applying lab1's objects: %v", err)
+	}
+
+	// Wait for the real CAPMOX to start a clone of the template.
+	var vm pvetest.VM
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if v, ok := findClone(fake, before); ok && v.Running {
+			vm = v
+			break
+		}
+		for name, p := range b.Procs {
+			if exited, err := p.Exited(); exited {
+				t.Fatalf("%s exited: %v", name, err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no running clone of template %d in the fake PVE after 3 minutes; VMs: %+v\nrequests: %s", templateID, fake.VMs(), requestSummary(fake))
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("CAPMOX made VM %d %q on %s: %v", vm.ID, vm.Name(), vm.Node, vm.Config)
+
+	// The lab's vmidRange is where labctl's VMs get their ids
+	// (docs/config.md), the cluster's machines too.
+	if r := lab.Hypervisors[0].Proxmox.VMIDRange; r == nil || vm.ID < r.Start || vm.ID > r.End {
+		t.Errorf("CAPMOX gave the control-plane VM id %d, outside the lab's vmidRange %+v", vm.ID, r)
+	}
+	if got, w := vm.Config["cores"], fmt.Sprint(want.cores); got != w {
+		t.Errorf("VM %d cores = %q, want the ProxmoxMachineTemplate's numCores %s", vm.ID, got, w)
+	}
+	if got, w := vm.Config["memory"], fmt.Sprint(want.memoryMiB); got != w {
+		t.Errorf("VM %d memory = %q, want the ProxmoxMachineTemplate's memoryMiB %s", vm.ID, got, w)
+	}
+	net0 := vm.Config["net0"]
+	for _, w := range []string{"bridge=" + want.bridge, fmt.Sprintf("tag=%d", want.vlan)} {
+		if !strings.Contains(","+net0+",", ","+w+",") {
+			t.Errorf("VM %d net0 = %q, want %s from the ProxmoxMachineTemplate", vm.ID, net0, w)
+		}
+	}
+
+	// The cloud-init ISO: uploaded as iso content and mounted on the VM.
+	iso := fmt.Sprintf("user-data-%d.iso", vm.ID)
+	var uploaded bool
+	for _, v := range fake.Volumes("pv1-1", "local") {
+		if v == "local:iso/"+iso {
+			uploaded = true
+		}
+	}
+	if !uploaded {
+		t.Errorf("no cloud-init ISO %s uploaded to pv1-1's local storage; its volumes: %v", iso, fake.Volumes("pv1-1", "local"))
+	}
+	if got := vm.Config["ide0"]; !strings.Contains(got, "iso/"+iso) {
+		t.Errorf("VM %d ide0 = %q, want the cloud-init ISO %s mounted", vm.ID, got, iso)
+	}
+	if !hasRequest(fake, "POST", "/nodes/{node}/qemu/{vmid}/clone") || !hasRequest(fake, "POST", "/nodes/{node}/qemu/{vmid}/status/start") {
+		t.Errorf("the fake saw no clone or no start request:\n%s", requestSummary(fake))
+	}
+
+	// The machine's address comes from the real in-cluster IPAM pool.
+	addr := ipAddressOf(ctx, t, b, r.Namespace)
+	lo, hi := rangeOf(t, lab.Clusters[0].NodeIPRange)
+	if ip := net.ParseIP(addr); ip == nil || !between(ip, lo, hi) {
+		t.Errorf("IPAddress %s is not in lab1's nodeIPRange %s", addr, lab.Clusters[0].NodeIPRange)
+	}
+	t.Logf("the control-plane machine's IPAddress: %s", addr)
+}
+
+type wantSpec struct {
+	cores, memoryMiB int64
+	bridge           string
+	vlan             int64
+}
+
+func controlPlaneTemplate(t *testing.T, r *clusterapi.Rendered) *unstructured.Unstructured {
+	t.Helper()
+	kcp := r.Find("KubeadmControlPlane", r.ControlPlane)
+	name, _, _ := unstructured.NestedString(kcp.Object, "spec", "machineTemplate", "spec", "infrastructureRef", "name")
+	tmpl := r.Find("ProxmoxMachineTemplate", name)
+	if tmpl == nil {
+		t.Fatalf("KubeadmControlPlane %s names ProxmoxMachineTemplate %q, which lab1 does not render", kcp.GetName(), name)
+	}
+	return tmpl
+}
+
+func machineSpec(t *testing.T, tmpl *unstructured.Unstructured) wantSpec {
+	t.Helper()
+	spec, _, _ := unstructured.NestedMap(tmpl.Object, "spec", "template", "spec")
+	var w wantSpec
+	w.cores, _, _ = unstructured.NestedInt64(spec, "numCores")
+	w.memoryMiB, _, _ = unstructured.NestedInt64(spec, "memoryMiB")
+	devs, _, _ := unstructured.NestedSlice(spec, "network", "networkDevices")
+	for _, d := range devs {
+		m := d.(map[string]any)
+		if m["name"] == "net0" {
+			w.bridge, _ = m["bridge"].(string)
+			w.vlan, _, _ = unstructured.NestedInt64(m, "vlan")
+		}
+	}
+	if w.cores == 0 || w.memoryMiB == 0 || w.bridge == "" || w.vlan == 0 {
+		t.Fatalf("ProxmoxMachineTemplate %s lacks cores, memory, net0 bridge or VLAN: %v", tmpl.GetName(), spec)
+	}
+	return w
+}
+
+// findClone is the VM cloned from the template: the one VM that was not
+// there before.
+func findClone(fake *pvetest.Server, before map[int]bool) (pvetest.VM, bool) {
+	for _, v := range fake.VMs() {
+		if !before[v.ID] {
+			return v, true
+		}
+	}
+	return pvetest.VM{}, false
+}
+
+func hasRequest(fake *pvetest.Server, method, tmpl string) bool {
+	for _, r := range fake.Requests() {
+		if r.Method == method && r.Path == tmpl && r.Status == 200 {
+			return true
+		}
+	}
+	return false
+}
+
+func requestSummary(fake *pvetest.Server) string {
+	var b strings.Builder
+	for _, r := range fake.Requests() {
+		fmt.Fprintf(&b, "%d %s %s\n", r.Status, r.Method, r.Raw)
+	}
+	return b.String()
+}
+
+// ipAddressOf waits for the IPAddress the in-cluster IPAM provider
+// allocates for the control-plane machine's claim.
+func ipAddressOf(ctx context.Context, t *testing.T, b *box.Box, ns string) string {
+	t.Helper()
+	cl, err := client.New(b.Env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(schema.GroupVersionKind{Group: "ipam.cluster.x-k8s.io", Version: "v1beta2", Kind: "IPAddressList"})
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if err := cl.List(ctx, list, client.InNamespace(ns)); err != nil {
+			t.Fatalf("listing IPAddresses: %v", err)
+		}
+		for _, a := range list.Items {
+			pool, _, _ := unstructured.NestedString(a.Object, "spec", "poolRef", "kind")
+			addr, _, _ := unstructured.NestedString(a.Object, "spec", "address")
+			if pool == "InClusterIPPool" && addr != "" {
+				return addr
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no IPAddress from an InClusterIPPool in namespace %s after a minute: %v", ns, list.Items)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func rangeOf(t *testing.T, r string) (net.IP, net.IP) {
+	t.Helper()
+	lo, hi, ok := strings.Cut(strings.ReplaceAll(r, " ", ""), "-")
+	if !ok {
+		t.Fatalf("nodeIPRange %q is not a-b", r)
+	}
+	return net.ParseIP(lo).To4(), net.ParseIP(hi).To4()
+}
+
+func between(ip, lo, hi net.IP) bool {
+	ip = ip.To4()
+	return ip != nil && string(ip) >= string(lo) && string(ip) <= string(hi)
+}
