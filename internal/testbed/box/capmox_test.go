@@ -76,7 +76,7 @@ func testLab(t *testing.T, pveURL, caFile string) *config.Lab {
 // (manager_credentials_patch.yaml).
 func capmoxEnv(t *testing.T, lab *config.Lab) []string {
 	t.Helper()
-	cs, err := components.Build(lab, versions.MustGet(), components.Options{ReadSecret: config.ReadSecret})
+	cs, err := components.Build(lab, versions.MustGet(), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
