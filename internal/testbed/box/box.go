@@ -15,16 +15,10 @@
 package box
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -41,6 +35,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testbed/pki"
+	"github.com/labctl/labctl/internal/testbed/runner"
 	"github.com/labctl/labctl/internal/testbed/upstream"
 )
 
@@ -52,6 +48,9 @@ type Box struct {
 	Env *testbed.Env
 	// Procs are the processes started, by binary name.
 	Procs map[string]*Proc
+	// Runner plays the kubelet for Deployments of the upstream images
+	// labctl pins (package runner).
+	Runner *runner.Runner
 }
 
 // Proc is one controller process of the box.
@@ -69,6 +68,19 @@ type Option func(*options)
 type options struct {
 	providers []string
 	crdsOf    []string
+	bare      bool
+	audit     bool
+}
+
+// Bare starts no provider manager beside the API server: the runner runs
+// what Deployments the test (or the operator) applies.
+func Bare() Option {
+	return func(o *options) { o.bare = true }
+}
+
+// WithAuditLog gives the API server an audit log (testbed.WithAuditLog).
+func WithAuditLog() Option {
+	return func(o *options) { o.audit = true }
 }
 
 // WithProviders runs these upstream providers' managers (names as in
@@ -118,7 +130,7 @@ func Start(t testing.TB, opts ...Option) *Box {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if len(o.providers) == 0 {
+	if len(o.providers) == 0 && !o.bare {
 		o.providers = []string{"cluster-api"}
 	}
 	assets := testbed.Assets(t)
@@ -200,7 +212,11 @@ func Start(t testing.TB, opts ...Option) *Box {
 		}
 		crds = append(crds, got...)
 	}
-	env := testbed.Start(t, testbed.WithCRDObjects(crds...))
+	topts := []testbed.Option{testbed.WithCRDObjects(crds...)}
+	if o.audit {
+		topts = append(topts, testbed.WithAuditLog())
+	}
+	env := testbed.Start(t, topts...)
 	b := &Box{Env: env, Procs: map[string]*Proc{}}
 
 	cl, err := client.New(env.Config, client.Options{})
@@ -227,7 +243,12 @@ func Start(t testing.TB, opts ...Option) *Box {
 		// No HTTPS of its own: nothing here scrapes it. (Without
 		// --service-account-private-key-file it skips the token
 		// controller, whose key envtest keeps to itself.)
-		"--secure-port=0")
+		"--secure-port=0",
+		// The runner reports Deployments' status from the processes it
+		// runs; the deployment and ReplicaSet controllers would overwrite
+		// it from Pods no kubelet runs.
+		"--controllers=*,-deployment-controller,-replicaset-controller")
+	b.Runner = runner.Start(t, env.Config, env.Kubeconfig, assets)
 	for _, s := range all {
 		b.run(t, s.name, bins[s.name], dir, managerArgs[s.name](s.webhookPort, s.health, s.diag, dir, env.Kubeconfig)...)
 	}
@@ -235,6 +256,19 @@ func Start(t testing.TB, opts ...Option) *Box {
 		waitReady(t, b.Procs[s.name], s.webhookURL, "http://127.0.0.1:"+strconv.Itoa(s.health)+"/readyz", ca)
 	}
 	return b
+}
+
+// Require skips the test (or fails it under LABCTL_REQUIRE_CONTROLLERS)
+// when one of these controller binaries is missing: for tests whose
+// Deployments the runner runs.
+func Require(t testing.TB, names ...string) {
+	t.Helper()
+	assets := testbed.Assets(t)
+	bins := map[string]string{}
+	for _, n := range names {
+		bins[n] = filepath.Join(assets, n)
+	}
+	requireBinaries(t, bins)
 }
 
 func requireBinaries(t testing.TB, bins map[string]string) {
@@ -297,7 +331,7 @@ func (b *Box) run(t testing.TB, name, bin, dir string, args ...string) {
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("box: %s's log (%s), last lines:\n%s", name, logPath, tail(logPath, 60))
+			t.Logf("box: %s's log (%s), last lines:\n%s", name, logPath, runner.Tail(logPath, 60))
 		}
 	})
 }
@@ -324,7 +358,7 @@ func waitReady(t testing.TB, p *Proc, webhookURL, readyz string, ca []byte) {
 	var last error
 	for time.Now().Before(deadline) {
 		if exited, err := p.Exited(); exited {
-			t.Fatalf("box: %s exited before it was ready: %v\n%s", p.Name, err, tail(p.Log, 60))
+			t.Fatalf("box: %s exited before it was ready: %v\n%s", p.Name, err, runner.Tail(p.Log, 60))
 		}
 		last = probe(hc, readyz)
 		if last == nil {
@@ -338,7 +372,7 @@ func waitReady(t testing.TB, p *Proc, webhookURL, readyz string, ca []byte) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("box: %s not ready after 3 minutes: %v\n%s", p.Name, last, tail(p.Log, 60))
+	t.Fatalf("box: %s not ready after 3 minutes: %v\n%s", p.Name, last, runner.Tail(p.Log, 60))
 }
 
 func probe(hc *http.Client, url string) error {
@@ -353,17 +387,6 @@ func probe(hc *http.Client, url string) error {
 	return nil
 }
 
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 // freePorts finds n free loopback ports. Another process may take one
 // before the manager binds it; then its start fails loudly.
@@ -391,51 +414,19 @@ func freePorts(n int) ([]int, error) {
 // dir, where controller-runtime's webhook server looks, and returns the
 // CA's PEM for the caBundles.
 func newServingCert(dir string) ([]byte, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA("labctl test box webhook CA")
 	if err != nil {
-		return nil, fmt.Errorf("making the webhook CA: %w", err)
+		return nil, err
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "labctl test box webhook CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	pair, err := ca.Serving([]string{"localhost"}, []net.IP{pki.Loopback})
 	if err != nil {
-		return nil, fmt.Errorf("making the webhook CA: %w", err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("making the webhook serving key: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames:     []string{"localhost"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caTmpl, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("making the webhook serving certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("making the webhook serving key: %w", err)
+		return nil, err
 	}
 	var errs []error
-	errs = append(errs, os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	errs = append(errs, os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "tls.crt"), pair.Cert, 0o600))
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "tls.key"), pair.Key, 0o600))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("writing the webhook serving certificate: %w", err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
+	return ca.PEM, nil
 }
