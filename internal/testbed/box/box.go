@@ -387,7 +387,6 @@ func probe(hc *http.Client, url string) error {
 	return nil
 }
 
-
 // freePorts finds n free loopback ports. Another process may take one
 // before the manager binds it; then its start fails loudly.
 func freePorts(n int) ([]int, error) {
