@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testbed/certmanager"
 	"github.com/labctl/labctl/internal/testbed/pki"
 	"github.com/labctl/labctl/internal/testbed/runner"
 	"github.com/labctl/labctl/internal/testbed/upstream"
@@ -249,6 +250,9 @@ func Start(t testing.TB, opts ...Option) *Box {
 		// it from Pods no kubelet runs.
 		"--controllers=*,-deployment-controller,-replicaset-controller")
 	b.Runner = runner.Start(t, env.Config, env.Kubeconfig, assets)
+	// cert-manager's binaries cannot be built here; when its chart is
+	// installed, the stand-in runs its Deployments (package certmanager).
+	certmanager.Serve(t, env.Config, b.Runner)
 	for _, s := range all {
 		b.run(t, s.name, bins[s.name], dir, managerArgs[s.name](s.webhookPort, s.health, s.diag, dir, env.Kubeconfig)...)
 	}

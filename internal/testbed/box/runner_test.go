@@ -2,76 +2,29 @@ package box_test
 
 import (
 	"context"
-	"encoding/base64"
-	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
 
+	"github.com/labctl/labctl/embedded"
+	"github.com/labctl/labctl/internal/helm"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testbed"
 	"github.com/labctl/labctl/internal/testbed/box"
-	"github.com/labctl/labctl/internal/testbed/pki"
+	"github.com/labctl/labctl/internal/testbed/standin"
 	"github.com/labctl/labctl/internal/testbed/upstream"
+	"github.com/labctl/labctl/internal/versions"
 )
-
-// playCertManager does by hand, for this test only, what cert-manager does
-// for the components: each Certificate becomes its Secret, each
-// inject-ca-from caBundle is filled. The certificate names 127.0.0.1 too:
-// the API server reaches the webhook on loopback here.
-func playCertManager(t *testing.T, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
-	t.Helper()
-	ca, err := pki.NewCA("test cert-manager CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	caB64 := base64.StdEncoding.EncodeToString(ca.PEM)
-	var out []*unstructured.Unstructured
-	for _, o := range objs {
-		if o.GroupVersionKind().Group == "cert-manager.io" {
-			if o.GetKind() == "Certificate" {
-				dns, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "dnsNames")
-				secret, _, _ := unstructured.NestedString(o.Object, "spec", "secretName")
-				pair, err := ca.Serving(dns, []net.IP{pki.Loopback})
-				if err != nil {
-					t.Fatal(err)
-				}
-				s := &unstructured.Unstructured{Object: map[string]any{"type": "kubernetes.io/tls", "data": map[string]any{
-					"tls.crt": base64.StdEncoding.EncodeToString(pair.Cert), "tls.key": base64.StdEncoding.EncodeToString(pair.Key), "ca.crt": caB64,
-				}}}
-				s.SetAPIVersion("v1")
-				s.SetKind("Secret")
-				s.SetNamespace(o.GetNamespace())
-				s.SetName(secret)
-				out = append(out, s)
-			}
-			continue
-		}
-		if o.GetAnnotations()["cert-manager.io/inject-ca-from"] != "" {
-			switch o.GetKind() {
-			case "CustomResourceDefinition":
-				if _, ok, _ := unstructured.NestedMap(o.Object, "spec", "conversion", "webhook", "clientConfig"); ok {
-					_ = unstructured.SetNestedField(o.Object, caB64, "spec", "conversion", "webhook", "clientConfig", "caBundle")
-				}
-			case "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
-				hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
-				for _, h := range hooks {
-					_ = unstructured.SetNestedField(h.(map[string]any), caB64, "clientConfig", "caBundle")
-				}
-				_ = unstructured.SetNestedSlice(o.Object, hooks, "webhooks")
-			}
-		}
-		out = append(out, o)
-	}
-	return out
-}
 
 // The runner plays the kubelet: Cluster API's own release components
 // (config/default with the released image, variables substituted by
-// clusterctl's processor), applied to the box, get the real manager
+// clusterctl's processor), applied to the box after the real cert-manager
+// chart (its work done by the stand-in), get the real manager
 // running with the Deployment's args, the Deployment Available, the
 // webhooks answered by that process; a changed Deployment restarts it, and
 // a deleted one stops it.
@@ -97,7 +50,8 @@ func TestRunnerRunsCAPIDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kc.Apply(ctx, playCertManager(t, objs), kube.ApplyOptions{}); err != nil {
+	installCertManager(ctx, t, b)
+	if _, err := kc.Apply(ctx, objs, kube.ApplyOptions{}); err != nil {
 		t.Fatalf("applying Cluster API's components: %v", err)
 	}
 	const ns, name = "capi-system", "capi-controller-manager"
@@ -117,6 +71,23 @@ func TestRunnerRunsCAPIDeployment(t *testing.T) {
 	}
 	if !slices.ContainsFunc(p.Args, func(a string) bool { return strings.HasPrefix(a, "--diagnostics-address=127.0.0.1:") }) {
 		t.Errorf("process args %q: diagnostics not moved to loopback", p.Args)
+	}
+
+	// cert-manager's job: the Certificate's Secret, the CA injected.
+	sec, found, err := kc.Get(ctx, kube.Ref{GVK: schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, Namespace: ns, Name: "capi-webhook-service-cert"})
+	if err != nil || !found {
+		t.Fatalf("the serving certificate's Secret: found %v, %v", found, err)
+	}
+	if a := sec.GetAnnotations(); a["cert-manager.io/certificate-name"] != "capi-serving-cert" || a["cert-manager.io/alt-names"] != "capi-webhook-service.capi-system.svc,capi-webhook-service.capi-system.svc.cluster.local" {
+		t.Errorf("Secret annotations = %v, want cert-manager's for Certificate capi-serving-cert", a)
+	}
+	caCrt, _, _ := unstructured.NestedString(sec.Object, "data", "ca.crt")
+	crd, _, err := kc.Get(ctx, kube.Ref{GVK: kube.CRDGVK, Name: "clusters.cluster.x-k8s.io"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := unstructured.NestedString(crd.Object, "spec", "conversion", "webhook", "clientConfig", "caBundle"); got == "" || got != caCrt {
+		t.Errorf("CRD clusters conversion caBundle is not the Certificate's ca.crt (cainjector's inject-ca-from)")
 	}
 
 	// The real webhook answers through the pointed configuration.
@@ -168,6 +139,39 @@ func TestRunnerRunsCAPIDeployment(t *testing.T) {
 		}
 		waitFor(t, "the process to stop", func() bool { return !p.Running() && b.Runner.Proc(ns, name) == nil })
 	})
+}
+
+// installCertManager installs the REAL cert-manager chart with the Helm
+// SDK, with labctl's values, and waits for its Deployments, which the
+// stand-in runs; Helm's wait for the startupapicheck hook Job ends only
+// when the stand-in's API check passed.
+func installCertManager(ctx context.Context, t *testing.T, b *box.Box) {
+	t.Helper()
+	file := standin.UpstreamChart(t, t.TempDir(), standin.CertManager)
+	pins := versions.MustGet()
+	values := map[string]any{}
+	raw, err := embedded.FS.ReadFile("manifests/mgmt/cert-manager-values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	hc := helm.New(b.Env.Config)
+	rel := helm.Release{Name: "cert-manager", Namespace: "cert-manager", Values: values,
+		Chart: helm.Chart{Name: "cert-manager", Version: pins.CertManagerChartVersion(), File: file}}
+	if _, err := hc.Ensure(ctx, rel, 3*time.Minute); err != nil {
+		t.Fatalf("installing the real cert-manager chart: %v", err)
+	}
+	kc := kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig)
+	if err := kc.WaitFor(ctx, kube.DeploymentGVK, "cert-manager", []string{"cert-manager", "cert-manager-cainjector", "cert-manager-webhook"}, kube.DeploymentAvailable(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
+		if _, found, _ := kc.Get(ctx, kube.Ref{GVK: schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: kind}, Name: "cert-manager-webhook"}); found {
+			t.Errorf("cert-manager's own %s is still there; nothing here serves it", kind)
+		}
+	}
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {

@@ -64,32 +64,88 @@ func NewCA(name string) (*CA, error) {
 // Serving signs a server certificate for these DNS names and IP addresses,
 // valid for a day.
 func (ca *CA) Serving(dnsNames []string, ips []net.IP) (Pair, error) {
+	return serving(dnsNames, ips, ca)
+}
+
+// serving makes a server certificate signed by ca, or by its own key when
+// ca is nil.
+func serving(dnsNames []string, ips []net.IP, ca *CA) (Pair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Pair{}, fmt.Errorf("making a serving key: %w", err)
 	}
-	cn := "localhost"
-	switch {
-	case len(dnsNames) > 0:
-		cn = dnsNames[0]
-	case len(ips) > 0:
-		cn = ips[0].String()
-	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber: nextSerial(),
-		Subject:      pkix.Name{CommonName: cn},
-		DNSNames:     dnsNames,
-		IPAddresses:  ips,
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		SerialNumber:          nextSerial(),
+		Subject:               pkix.Name{CommonName: firstName(dnsNames, ips)},
+		DNSNames:              dnsNames,
+		IPAddresses:           ips,
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	parent, signer := tmpl, key
+	if ca != nil {
+		parent, signer = ca.cert, ca.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
 	if err != nil {
 		return Pair{}, fmt.Errorf("signing a serving certificate for %v %v: %w", dnsNames, ips, err)
 	}
+	return pairOf(der, key)
+}
+
+// Loopback is the address every test bed server is reached on.
+var Loopback = net.ParseIP("127.0.0.1")
+
+// LoadCA reads a CA from its certificate and key in PEM (a cert-manager ca
+// Issuer's Secret: tls.crt and tls.key).
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	cb, _ := pem.Decode(certPEM)
+	if cb == nil {
+		return nil, fmt.Errorf("tls.crt holds no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("tls.crt: %w", err)
+	}
+	kb, _ := pem.Decode(keyPEM)
+	if kb == nil {
+		return nil, fmt.Errorf("tls.key holds no PEM key")
+	}
+	var key *ecdsa.PrivateKey
+	if k, err := x509.ParseECPrivateKey(kb.Bytes); err == nil {
+		key = k
+	} else if k, err := x509.ParsePKCS8PrivateKey(kb.Bytes); err == nil {
+		if ek, ok := k.(*ecdsa.PrivateKey); ok {
+			key = ek
+		}
+	}
+	if key == nil {
+		return nil, fmt.Errorf("tls.key: only ECDSA keys are read here")
+	}
+	return &CA{PEM: certPEM, cert: cert, key: key}, nil
+}
+
+// SelfSigned makes a serving certificate signed by its own key, as
+// cert-manager's selfSigned issuer does; the certificate is its own CA.
+func SelfSigned(dnsNames []string, ips []net.IP) (Pair, error) {
+	return serving(dnsNames, ips, nil)
+}
+
+func firstName(dnsNames []string, ips []net.IP) string {
+	switch {
+	case len(dnsNames) > 0:
+		return dnsNames[0]
+	case len(ips) > 0:
+		return ips[0].String()
+	}
+	return "localhost"
+}
+
+func pairOf(der []byte, key *ecdsa.PrivateKey) (Pair, error) {
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		return Pair{}, fmt.Errorf("making a serving key: %w", err)
@@ -99,6 +155,3 @@ func (ca *CA) Serving(dnsNames []string, ips []net.IP) (Pair, error) {
 		Key:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
 	}, nil
 }
-
-// Loopback is the address every test bed server is reached on.
-var Loopback = net.ParseIP("127.0.0.1")

@@ -89,7 +89,15 @@ type Runner struct {
 	// stand-in): by image name, a function that says whether the
 	// Deployment's workload is ready, and why not.
 	handlers map[string]Handler
+	// podHandlers play the kubelet for bare Pods (a Job's) of other
+	// images, by image name.
+	podHandlers map[string]PodHandler
 }
+
+// PodHandler stands in for the container of a Pod (a Job's, such as a
+// chart's hook) whose binary cannot be built here: it is called on each
+// pass until it returns a terminal phase, which is then reported.
+type PodHandler func(ctx context.Context, p *corev1.Pod) (phase corev1.PodPhase, message string)
 
 // Handler stands in for a component whose binary cannot be built here: it
 // is called on each pass for each Deployment running its image, and says
@@ -146,7 +154,7 @@ func Start(t testing.TB, cfg *rest.Config, kubeconfig, bins string) *Runner {
 	r := &Runner{
 		t: t, cs: cs, cfg: cfg, kubeconfig: kubeconfig, bins: bins, dir: t.TempDir(), pins: pins,
 		kick: make(chan struct{}, 1), stop: cancel, done: make(chan struct{}),
-		procs: map[string]*Proc{}, handlers: map[string]Handler{},
+		procs: map[string]*Proc{}, handlers: map[string]Handler{}, podHandlers: map[string]PodHandler{},
 	}
 	r.webhooks = newWebhooks(cfg, r)
 
@@ -180,6 +188,15 @@ func (r *Runner) Handle(name string, h Handler) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.handlers[name] = h
+	r.Kick()
+}
+
+// HandlePods makes the runner call h for Pods with a container of the
+// image named name.
+func (r *Runner) HandlePods(name string, h PodHandler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.podHandlers[name] = h
 	r.Kick()
 }
 
@@ -238,6 +255,9 @@ func (r *Runner) Procs() map[string]*Proc {
 	}
 	return out
 }
+
+// Logf logs to the test, as the runner and its handlers do.
+func (r *Runner) Logf(format string, args ...any) { r.logf(format, args...) }
 
 func (r *Runner) logf(format string, args ...any) {
 	// t.Logf panics once the test has ended; the loop may outlive it by a
@@ -305,7 +325,71 @@ func (r *Runner) pass(ctx context.Context) {
 		r.logf("Deployment %s is gone (or scaled to 0): stopping %s", p.Deployment, p.Image.Binary)
 		r.kill(p)
 	}
+	r.pods(ctx)
 	r.webhooks.point(ctx)
+}
+
+// pods plays the kubelet for Pods of the images PodHandlers take: it runs
+// the handler and reports the phase it returns, with the container's
+// state, as kubelet's status manager would.
+func (r *Runner) pods(ctx context.Context) {
+	r.mu.Lock()
+	n := len(r.podHandlers)
+	r.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	pods, err := r.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil {
+			continue
+		}
+		var h PodHandler
+		var c corev1.Container
+		r.mu.Lock()
+		for _, cc := range p.Spec.Containers {
+			if ph, ok := r.podHandlers[imageName(cc.Image)]; ok {
+				h, c = ph, cc
+			}
+		}
+		r.mu.Unlock()
+		if h == nil {
+			continue
+		}
+		phase, msg := h(ctx, p)
+		if phase == p.Status.Phase {
+			continue
+		}
+		now := metav1.Now()
+		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
+		switch phase {
+		case corev1.PodSucceeded, corev1.PodFailed:
+			code, reason := int32(0), "Completed"
+			if phase == corev1.PodFailed {
+				code, reason = 1, "Error"
+			}
+			st.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, Message: msg, StartedAt: now, FinishedAt: now}
+		default:
+			started := true
+			st.Started = &started
+			st.State.Running = &corev1.ContainerStateRunning{StartedAt: now}
+		}
+		p = p.DeepCopy()
+		p.Status.Phase = phase
+		p.Status.Message = msg
+		p.Status.StartTime = &now
+		p.Status.PodIP, p.Status.HostIP = "127.0.0.1", "127.0.0.1"
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{st}
+		if _, err := r.cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			r.logf("reporting Pod %s/%s %s: %v", p.Namespace, p.Name, phase, err)
+			continue
+		}
+		r.logf("Pod %s/%s is %s: %s", p.Namespace, p.Name, phase, msg)
+	}
 }
 
 func (r *Runner) handler(d *appsv1.Deployment) (Handler, bool) {
