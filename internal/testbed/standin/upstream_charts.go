@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -142,4 +143,51 @@ func serveDir(t testing.TB, dir string) *Repo {
 		t.Fatal(err)
 	}
 	return &Repo{URL: srv.URL, Dir: dir, Requests: func() int { return int(downloads.Load()) }}
+}
+
+// offlineProviders are the providers labctl installs, by the test bed's
+// name, in clusterctl's overrides layout: <label>/<version>/.
+var offlineProviders = []struct{ name, label string }{
+	{"cluster-api", "cluster-api"},
+	{"kubeadm-bootstrap", "bootstrap-kubeadm"},
+	{"kubeadm-control-plane", "control-plane-kubeadm"},
+	{"capmox", "infrastructure-proxmox"},
+	{"ipam-in-cluster", "ipam-in-cluster"},
+}
+
+// UpstreamOffline makes the folder 'labctl mgmt install --offline-dir'
+// reads, from the REAL upstream parts: the two charts (UpstreamChart) and
+// each provider's release assets (upstream.ReleaseOf: <type>-components.yaml
+// and metadata.yaml) under <label>/<labctl's pin>/. Where the test bed
+// runs another version than the pin (upstream.TestbedVersions: Cluster
+// API v1.12.10 for the pinned v1.12.11), that version's assets stand
+// under the pin's name.
+func UpstreamOffline(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	UpstreamChart(t, dir, CertManager)
+	UpstreamChart(t, dir, ClusterAPIOperator)
+	root, err := testbed.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins := versions.MustGet()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, p := range offlineProviders {
+		rel, err := upstream.ReleaseOf(ctx, root, p.name)
+		if err != nil {
+			t.Fatalf("offline folder: %v", err)
+		}
+		d := filepath.Join(dir, p.label, rel.Provider.Pin(pins))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for file, data := range map[string][]byte{rel.Provider.Type + "-components.yaml": rel.Components, "metadata.yaml": rel.Metadata} {
+			if err := os.WriteFile(filepath.Join(d, file), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dir
 }
