@@ -213,7 +213,9 @@ func Start(t testing.TB, opts ...Option) *Box {
 		}
 		crds = append(crds, got...)
 	}
-	topts := []testbed.Option{testbed.WithCRDObjects(crds...)}
+	// Webhook Services are reached through their EndpointSlices, which
+	// the runner writes for the processes it runs.
+	topts := []testbed.Option{testbed.WithCRDObjects(crds...), testbed.WithEndpointRouting()}
 	if o.audit {
 		topts = append(topts, testbed.WithAuditLog())
 	}

@@ -99,6 +99,21 @@ func TestRunnerRunsCAPIDeployment(t *testing.T) {
 		t.Fatalf("a bad MachineDeployment: err = %v, want the real webhook's denial", err)
 	}
 
+	// It went through the Service, whose EndpointSlice the runner wrote:
+	// the configuration is as the components have it.
+	vwc, _, err := kc.Get(ctx, kube.Ref{GVK: schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingWebhookConfiguration"}, Name: "capi-validating-webhook-configuration"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
+	for _, h := range hooks {
+		svc, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "name")
+		url, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "url")
+		if svc != "capi-webhook-service" || url != "" {
+			t.Errorf("webhook clientConfig service %q url %q, want the components' Service and no URL", svc, url)
+		}
+	}
+
 	t.Run("a changed Deployment restarts its process", func(t *testing.T) {
 		d, found, err := kc.Get(ctx, kube.Ref{GVK: kube.DeploymentGVK, Namespace: ns, Name: name})
 		if err != nil || !found {

@@ -28,10 +28,6 @@
 //     create is accepted, so the real Job controller completes the Job and
 //     Helm's hook wait ends.
 //
-// One departure: every certificate issued also names 127.0.0.1, because
-// the API server reaches the webhooks on loopback here (package runner),
-// not at the Service's DNS name.
-//
 // It runs inside the runner: the cert-manager chart's Deployments, when
 // applied, are "run" by it (Serve registers their images), and report
 // Available.
@@ -178,21 +174,13 @@ func specOf(c *unstructured.Unstructured) certSpec {
 }
 
 // ipSANs is the annotation cert-manager writes: the IP SANs, comma
-// separated. The stand-in's 127.0.0.1 is among them.
+// separated.
 func (s certSpec) ipSANs() string {
 	var out []string
-	for _, ip := range s.withLoopback() {
+	for _, ip := range s.ips {
 		out = append(out, ip.String())
 	}
 	return strings.Join(out, ",")
-}
-
-func (s certSpec) withLoopback() []net.IP {
-	ips := slices.Clone(s.ips)
-	if !slices.ContainsFunc(ips, func(ip net.IP) bool { return ip.Equal(pki.Loopback) }) {
-		ips = append(ips, pki.Loopback)
-	}
-	return ips
 }
 
 // issue writes the Certificate's Secret unless it holds a certificate
@@ -275,7 +263,7 @@ func (cm *CertManager) sign(ctx context.Context, ns string, s certSpec) (pki.Pai
 	}
 	if _, ok, _ := unstructured.NestedMap(issuer.Object, "spec", "selfSigned"); ok {
 		// A selfSigned issuer's ca.crt is the certificate itself.
-		pair, err := pki.SelfSigned(names, s.withLoopback())
+		pair, err := pki.SelfSigned(names, s.ips)
 		return pair, pair.Cert, err
 	}
 	if secretName, ok, _ := unstructured.NestedString(issuer.Object, "spec", "ca", "secretName"); ok {
@@ -287,7 +275,7 @@ func (cm *CertManager) sign(ctx context.Context, ns string, s certSpec) (pki.Pai
 		if err != nil {
 			return pki.Pair{}, nil, fmt.Errorf("CA Secret %s/%s: %w", issuerNS, secretName, err)
 		}
-		pair, err := ca.Serving(names, s.withLoopback())
+		pair, err := ca.Serving(names, s.ips)
 		return pair, ca.PEM, err
 	}
 	return pki.Pair{}, nil, fmt.Errorf("%s %s: the stand-in issues from selfSigned and ca issuers only", s.kind, s.issuer)

@@ -23,12 +23,11 @@
 // set to the mapped default. And controller-runtime's leader election is
 // turned off (Image.CRLeaderElection says why).
 //
-// It also does what the Service network and cert-manager's cainjector do
-// for webhooks in a real cluster: every webhook configuration and CRD
-// conversion webhook whose clientConfig names a Service backed by a
-// process here is pointed at that process on 127.0.0.1, keeping its path
-// and its caBundle (which cert-manager's CA injection, or its stand-in,
-// fills).
+// It also plays the Service network for them: each Service selecting a
+// process gets an EndpointSlice leading to it on loopback (endpoints), so
+// webhook configurations and CRD conversion webhooks reach the process
+// through their Service, as written by their owners, with the caBundle
+// that cert-manager's CA injection (or its stand-in) fills.
 //
 // When a Deployment changes, its process is restarted with the new spec;
 // when it goes away (or scales to 0), the process is stopped. A process
@@ -81,7 +80,6 @@ type Runner struct {
 	kick       chan struct{}
 	stop       context.CancelFunc
 	done       chan struct{}
-	webhooks   *webhooks
 
 	mu    sync.Mutex
 	procs map[string]*Proc
@@ -124,7 +122,8 @@ type Proc struct {
 	exitErr  error
 	starts   int
 	restarts time.Time
-	stopping bool
+	// ready is the last readiness the runner saw (probe passed).
+	ready bool
 }
 
 // Running reports whether the process is alive.
@@ -142,6 +141,10 @@ func (p *Proc) Running() bool {
 // bins is the folder of the binaries hack/testenv.sh builds.
 func Start(t testing.TB, cfg *rest.Config, kubeconfig, bins string) *Runner {
 	t.Helper()
+	cfg = rest.CopyConfig(cfg)
+	// The API server warns that FQDN EndpointSlices are deprecated; the
+	// runner writes them on purpose (endpoints says why).
+	cfg.WarningHandler = rest.NoWarnings{}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatalf("runner: %v", err)
@@ -156,7 +159,6 @@ func Start(t testing.TB, cfg *rest.Config, kubeconfig, bins string) *Runner {
 		kick: make(chan struct{}, 1), stop: cancel, done: make(chan struct{}),
 		procs: map[string]*Proc{}, handlers: map[string]Handler{}, podHandlers: map[string]PodHandler{},
 	}
-	r.webhooks = newWebhooks(cfg, r)
 
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	kickOn := cache.ResourceEventHandlerFuncs{
@@ -168,8 +170,6 @@ func Start(t testing.TB, cfg *rest.Config, kubeconfig, bins string) *Runner {
 		factory.Apps().V1().Deployments().Informer(),
 		factory.Core().V1().Services().Informer(),
 		factory.Core().V1().Secrets().Informer(),
-		factory.Admissionregistration().V1().ValidatingWebhookConfigurations().Informer(),
-		factory.Admissionregistration().V1().MutatingWebhookConfigurations().Informer(),
 	} {
 		if _, err := inf.AddEventHandler(kickOn); err != nil {
 			t.Fatalf("runner: %v", err)
@@ -292,6 +292,12 @@ func (r *Runner) pass(ctx context.Context) {
 		return
 	}
 	seen := map[string]bool{}
+	type status struct {
+		d     *appsv1.Deployment
+		ready bool
+		why   string
+	}
+	var reports []status
 	for i := range ds.Items {
 		d := &ds.Items[i]
 		key := d.Namespace + "/" + d.Name
@@ -301,7 +307,7 @@ func (r *Runner) pass(ctx context.Context) {
 		if h, ok := r.handler(d); ok {
 			seen[key] = true
 			ready, why := h(ctx, d)
-			r.report(ctx, d, ready, why)
+			reports = append(reports, status{d, ready, why})
 			continue
 		}
 		c, im, ok := r.container(d)
@@ -310,7 +316,7 @@ func (r *Runner) pass(ctx context.Context) {
 		}
 		seen[key] = true
 		ready, why := r.ensure(ctx, d, c, im)
-		r.report(ctx, d, ready, why)
+		reports = append(reports, status{d, ready, why})
 	}
 	r.mu.Lock()
 	var gone []*Proc
@@ -326,7 +332,13 @@ func (r *Runner) pass(ctx context.Context) {
 		r.kill(p)
 	}
 	r.pods(ctx)
-	r.webhooks.point(ctx)
+	// The Services lead to the ready processes before their Deployments
+	// say Available, so a client waiting for Available finds the webhooks
+	// answering.
+	r.endpoints(ctx)
+	for _, st := range reports {
+		r.report(ctx, st.d, st.ready, st.why)
+	}
 }
 
 // pods plays the kubelet for Pods of the images PodHandlers take: it runs
@@ -464,11 +476,14 @@ func (r *Runner) ensure(ctx context.Context, d *appsv1.Deployment, c corev1.Cont
 		p = np
 	}
 	if !p.Running() {
+		p.ready = false
 		return false, fmt.Sprintf("%s exited: %v", im.Binary, p.exitErr)
 	}
 	if err := probe(c.ReadinessProbe, c, p); err != nil {
+		p.ready = false
 		return false, "readiness probe: " + err.Error()
 	}
+	p.ready = true
 	return true, ""
 }
 
@@ -1045,3 +1060,6 @@ func Tail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// String is for logs.
+func (p *Proc) String() string { return fmt.Sprintf("%s (%s)", p.Deployment, p.Image.Binary) }

@@ -3,191 +3,126 @@ package runner
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
-	"strconv"
 	"strings"
-	"sync"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 )
 
 func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec // kubelet's probes do not verify
 
-// webhooks points webhook clientConfigs that name a Service at the local
-// process behind it. It remembers each rewritten webhook's Service, so a
-// process that restarts on other ports is followed.
-type webhooks struct {
-	r   *Runner
-	ext apiextensionsclient.Interface
+// managedBy marks the EndpointSlices the runner writes, so the
+// EndpointSlice controller (which manages only its own) leaves them alone.
+const managedBy = "labctl-test-bed-runner"
 
-	mu sync.Mutex
-	// services remembers the Service each rewritten clientConfig named, by
-	// kind/name/webhook.
-	services map[string]admissionregistrationv1.ServiceReference
-}
-
-func newWebhooks(cfg *rest.Config, r *Runner) *webhooks {
-	return &webhooks{r: r, ext: apiextensionsclient.NewForConfigOrDie(cfg), services: map[string]admissionregistrationv1.ServiceReference{}}
-}
-
-// url resolves a Service reference to the local process behind it:
-// https://127.0.0.1:<the process's port for the Service's targetPort><path>.
-func (w *webhooks) url(ctx context.Context, svc admissionregistrationv1.ServiceReference) (string, bool) {
-	s, err := w.r.cs.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
-	if err != nil || len(s.Spec.Selector) == 0 {
-		return "", false
-	}
-	var port int32 = 443
-	if svc.Port != nil {
-		port = *svc.Port
-	}
-	var target *intstr.IntOrString
-	for _, sp := range s.Spec.Ports {
-		if sp.Port == port {
-			t := sp.TargetPort
-			if t.Type == intstr.Int && t.IntVal == 0 {
-				t = intstr.FromInt32(sp.Port)
-			}
-			target = &t
-		}
-	}
-	if target == nil {
-		return "", false
-	}
-	sel := labels.SelectorFromSet(s.Spec.Selector)
-	for _, p := range w.r.Procs() {
-		ns, name, _ := strings.Cut(p.Deployment, "/")
-		if !p.Running() || ns != svc.Namespace || !sel.Matches(labels.Set(p.labels)) {
-			continue
-		}
-		d, err := w.r.cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			continue
-		}
-		c, _, ok := w.r.container(d)
-		if !ok {
-			continue
-		}
-		local, ok := p.localPort(c, *target)
-		if !ok {
-			continue
-		}
-		path := ""
-		if svc.Path != nil {
-			path = *svc.Path
-		}
-		return "https://127.0.0.1:" + strconv.Itoa(local) + path, true
-	}
-	return "", false
-}
-
-// resolve gives the clientConfig that reaches the process: the URL, and
-// the caBundle kept. ok is false when nothing here serves it (yet).
-func (w *webhooks) resolve(ctx context.Context, key string, cc admissionregistrationv1.WebhookClientConfig) (admissionregistrationv1.WebhookClientConfig, bool) {
-	w.mu.Lock()
-	svc, known := w.services[key]
-	w.mu.Unlock()
-	if cc.Service != nil {
-		svc, known = *cc.Service, true
-	}
-	if !known {
-		return cc, false
-	}
-	u, ok := w.url(ctx, svc)
-	if !ok {
-		return cc, false
-	}
-	w.mu.Lock()
-	w.services[key] = svc
-	w.mu.Unlock()
-	return admissionregistrationv1.WebhookClientConfig{URL: &u, CABundle: cc.CABundle}, true
-}
-
-func sameClientConfig(a, b admissionregistrationv1.WebhookClientConfig) bool {
-	return a.Service == nil && b.Service == nil && a.URL != nil && b.URL != nil && *a.URL == *b.URL && string(a.CABundle) == string(b.CABundle)
-}
-
-// point rewrites every webhook configuration and CRD conversion webhook
-// that a process here serves.
-func (w *webhooks) point(ctx context.Context) {
-	cs := w.r.cs.AdmissionregistrationV1()
-	if vs, err := cs.ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err == nil {
-		for i := range vs.Items {
-			v := &vs.Items[i]
-			changed := false
-			for j := range v.Webhooks {
-				h := &v.Webhooks[j]
-				if cc, ok := w.resolve(ctx, "validating/"+v.Name+"/"+h.Name, h.ClientConfig); ok && !sameClientConfig(cc, h.ClientConfig) {
-					h.ClientConfig, changed = cc, true
-				}
-			}
-			if changed {
-				w.write(func() error {
-					_, err := cs.ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{})
-					return err
-				}, "ValidatingWebhookConfiguration "+v.Name)
-			}
-		}
-	}
-	if ms, err := cs.MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err == nil {
-		for i := range ms.Items {
-			m := &ms.Items[i]
-			changed := false
-			for j := range m.Webhooks {
-				h := &m.Webhooks[j]
-				if cc, ok := w.resolve(ctx, "mutating/"+m.Name+"/"+h.Name, h.ClientConfig); ok && !sameClientConfig(cc, h.ClientConfig) {
-					h.ClientConfig, changed = cc, true
-				}
-			}
-			if changed {
-				w.write(func() error {
-					_, err := cs.MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{})
-					return err
-				}, "MutatingWebhookConfiguration "+m.Name)
-			}
-		}
-	}
-	crds, err := w.ext.ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
+// endpoints plays the EndpointSlice controller for the Services that
+// select a process here: one slice per Service, its endpoint the process
+// on loopback, each port the process's local port for the Service's
+// targetPort, ready when the process is. With the API server routing to
+// endpoints (testbed.WithEndpointRouting), a webhook configuration or CRD
+// conversion webhook naming the Service reaches the process, and the
+// serving certificate is checked against the Service's DNS name as in a
+// real cluster; the configurations are left as their owners wrote them.
+//
+// The endpoint's address type is FQDN with the name 127.0.0.1: an IPv4
+// endpoint may not be a loopback address (EndpointSlice validation), and
+// the API server's endpoint resolver dials the first address as given.
+func (r *Runner) endpoints(ctx context.Context) {
+	svcs, err := r.cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return
 	}
-	for i := range crds.Items {
-		crd := &crds.Items[i]
-		cv := crd.Spec.Conversion
-		if cv == nil || cv.Strategy != apiextensionsv1.WebhookConverter || cv.Webhook == nil || cv.Webhook.ClientConfig == nil {
+	procs := r.Procs()
+	for i := range svcs.Items {
+		s := &svcs.Items[i]
+		var p *Proc
+		if len(s.Spec.Selector) > 0 {
+			sel := labels.SelectorFromSet(s.Spec.Selector)
+			for _, cand := range procs {
+				if ns, _, _ := strings.Cut(cand.Deployment, "/"); ns == s.Namespace && cand.Running() && sel.Matches(labels.Set(cand.labels)) {
+					p = cand
+				}
+			}
+		}
+		name := s.Name + "-runner"
+		if p == nil {
+			err := r.cs.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+			if err == nil {
+				r.logf("Service %s/%s: no process behind it any more", s.Namespace, s.Name)
+			}
 			continue
 		}
-		in := *cv.Webhook.ClientConfig
-		cc := admissionregistrationv1.WebhookClientConfig{URL: in.URL, CABundle: in.CABundle}
-		if in.Service != nil {
-			cc.Service = &admissionregistrationv1.ServiceReference{Namespace: in.Service.Namespace, Name: in.Service.Name, Path: in.Service.Path, Port: in.Service.Port}
-		}
-		got, ok := w.resolve(ctx, "crd/"+crd.Name, cc)
-		if !ok || sameClientConfig(got, cc) {
+		want := r.slice(s, p, name)
+		have, err := r.cs.DiscoveryV1().EndpointSlices(s.Namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			if _, err := r.cs.DiscoveryV1().EndpointSlices(s.Namespace).Create(ctx, want, metav1.CreateOptions{}); err != nil {
+				r.logf("Service %s/%s: writing its EndpointSlice: %v", s.Namespace, s.Name, err)
+				continue
+			}
+			r.logf("Service %s/%s now leads to %s on 127.0.0.1 (ports %v)", s.Namespace, s.Name, p, p.Ports)
+		case err != nil:
 			continue
+		case !sameSlice(have, want):
+			have.Endpoints, have.Ports, have.Labels = want.Endpoints, want.Ports, want.Labels
+			if _, err := r.cs.DiscoveryV1().EndpointSlices(s.Namespace).Update(ctx, have, metav1.UpdateOptions{}); err != nil {
+				r.logf("Service %s/%s: updating its EndpointSlice: %v", s.Namespace, s.Name, err)
+				r.Kick()
+			}
 		}
-		cv.Webhook.ClientConfig = &apiextensionsv1.WebhookClientConfig{URL: got.URL, CABundle: got.CABundle}
-		w.write(func() error {
-			_, err := w.ext.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, crd, metav1.UpdateOptions{})
-			return err
-		}, "CRD "+crd.Name)
 	}
 }
 
-func (w *webhooks) write(update func() error, what string) {
-	if err := update(); err != nil {
-		w.r.logf("pointing %s at its local process: %v (will retry)", what, err)
-		w.r.Kick()
-		return
+func (r *Runner) slice(s *corev1.Service, p *Proc, name string) *discoveryv1.EndpointSlice {
+	d, err := r.cs.AppsV1().Deployments(s.Namespace).Get(context.Background(), strings.TrimPrefix(p.Deployment, s.Namespace+"/"), metav1.GetOptions{})
+	var c corev1.Container
+	if err == nil {
+		c, _, _ = r.container(d)
 	}
-	w.r.logf("pointed %s at its local process", what)
+	var ports []discoveryv1.EndpointPort
+	for _, sp := range s.Spec.Ports {
+		target := sp.TargetPort
+		if target.IntValue() == 0 && target.StrVal == "" {
+			target.IntVal = sp.Port
+		}
+		local, ok := p.localPort(c, target)
+		if !ok {
+			continue
+		}
+		proto := sp.Protocol
+		if proto == "" {
+			proto = corev1.ProtocolTCP
+		}
+		ports = append(ports, discoveryv1.EndpointPort{Name: ptr.To(sp.Name), Port: ptr.To(int32(local)), Protocol: ptr.To(proto)})
+	}
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: map[string]string{
+			discoveryv1.LabelServiceName: s.Name, discoveryv1.LabelManagedBy: managedBy,
+		}},
+		AddressType: discoveryv1.AddressTypeFQDN,
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses:  []string{"127.0.0.1"},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(p.ready)},
+		}},
+		Ports: ports,
+	}
 }
 
-// String is for logs.
-func (p *Proc) String() string { return fmt.Sprintf("%s (%s)", p.Deployment, p.Image.Binary) }
+func sameSlice(a, b *discoveryv1.EndpointSlice) bool {
+	if len(a.Endpoints) != 1 || len(a.Ports) != len(b.Ports) || a.Labels[discoveryv1.LabelManagedBy] != managedBy {
+		return false
+	}
+	if r := a.Endpoints[0].Conditions.Ready; r == nil || *r != *b.Endpoints[0].Conditions.Ready {
+		return false
+	}
+	for i := range a.Ports {
+		if *a.Ports[i].Name != *b.Ports[i].Name || *a.Ports[i].Port != *b.Ports[i].Port {
+			return false
+		}
+	}
+	return true
+}
