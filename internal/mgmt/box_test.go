@@ -56,6 +56,19 @@ func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
 		}
 	}
 
+	// The real CAPMOX got labctl's configSecret through the operator's
+	// variable substitution: it asked the fake PVE for its version with
+	// the token, and was answered.
+	var asked bool
+	for _, r := range pve.Requests() {
+		if r.Method == "GET" && r.Path == "/version" && r.Status == 200 {
+			asked = true
+		}
+	}
+	if !asked {
+		t.Errorf("CAPMOX never asked the fake PVE GET /version with labctl's token (requests: %v)", pve.Requests())
+	}
+
 	t.Run("status", func(t *testing.T) {
 		var so out
 		r, err := mgmt.Status(ctx(t), mgmt.StatusOptions{IO: so.io(), Lab: lab, Client: bedFor(b.Env).client, Output: "json"})
