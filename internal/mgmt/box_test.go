@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
 	"github.com/labctl/labctl/internal/mgmt"
 	"github.com/labctl/labctl/internal/testbed/box"
@@ -21,7 +22,10 @@ import (
 // stand-in (package certmanager), and CAPMOX's Proxmox is the fake PVE on
 // loopback. 'mgmt status' then reports what the operator says, and a
 // second run makes no write while the controllers keep working.
-func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
+// realBox is the box with the owner's lab aimed at a fake PVE, and the
+// offline folder of the real charts and providers.
+func realBox(t testing.TB) (*box.Box, *pvetest.Server, *config.Lab, string) {
+	t.Helper()
 	box.Require(t, "cluster-api-operator", "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster")
 	b := box.Start(t, box.Bare())
 	// CAPMOX asks its Proxmox for /version when it starts: the fake PVE
@@ -34,7 +38,11 @@ func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
 		}
 	}
 	t.Setenv("PVE_TOKEN_SECRET", pve.Secret)
-	dir := standin.UpstreamOffline(t)
+	return b, pve, lab, standin.UpstreamOffline(t)
+}
+
+func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
+	b, pve, lab, dir := realBox(t)
 
 	first := bedFor(b.Env)
 	began := time.Now()
