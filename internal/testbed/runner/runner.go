@@ -115,8 +115,11 @@ type Proc struct {
 	// Args are the arguments it was started with.
 	Args []string
 
-	spec     string // hash of what it was started from
-	labels   map[string]string
+	spec   string // hash of what it was started from
+	labels map[string]string
+	// mu guards cmd, exited and exitErr: a restart replaces them while
+	// tests and the loop ask Running.
+	mu       sync.Mutex
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	exitErr  error
@@ -128,8 +131,11 @@ type Proc struct {
 
 // Running reports whether the process is alive.
 func (p *Proc) Running() bool {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
 	select {
-	case <-p.exited:
+	case <-exited:
 		return false
 	default:
 		return true
@@ -455,9 +461,9 @@ func (r *Runner) ensure(ctx context.Context, d *appsv1.Deployment, c corev1.Cont
 	}
 	if p != nil && !p.Running() {
 		if time.Since(p.restarts) < backoff(p.starts) {
-			return false, fmt.Sprintf("%s exited (%v); restarting (back-off)", im.Binary, p.exitErr)
+			return false, fmt.Sprintf("%s exited (%v); restarting (back-off)", im.Binary, p.exitError())
 		}
-		r.logf("%s of Deployment %s exited (%v): starting it again", im.Binary, key, p.exitErr)
+		r.logf("%s of Deployment %s exited (%v): starting it again", im.Binary, key, p.exitError())
 		if err := r.launch(p); err != nil {
 			return false, err.Error()
 		}
@@ -477,7 +483,7 @@ func (r *Runner) ensure(ctx context.Context, d *appsv1.Deployment, c corev1.Cont
 	}
 	if !p.Running() {
 		p.ready = false
-		return false, fmt.Sprintf("%s exited: %v", im.Binary, p.exitErr)
+		return false, fmt.Sprintf("%s exited: %v", im.Binary, p.exitError())
 	}
 	if err := probe(c.ReadinessProbe, c, p); err != nil {
 		p.ready = false
@@ -547,15 +553,20 @@ func (r *Runner) launch(p *Proc) error {
 		f.Close()
 		return fmt.Errorf("starting %s: %w", p.Image.Binary, err)
 	}
+	exited := make(chan struct{})
+	p.mu.Lock()
 	p.cmd = cmd
+	p.exited = exited
+	p.exitErr = nil
+	p.mu.Unlock()
 	p.starts++
 	p.restarts = time.Now()
-	exited := make(chan struct{})
-	p.exited = exited
 	go func() {
 		err := cmd.Wait()
 		f.Close()
+		p.mu.Lock()
 		p.exitErr = err
+		p.mu.Unlock()
 		close(exited)
 		r.Kick()
 	}()
@@ -565,16 +576,26 @@ func (r *Runner) launch(p *Proc) error {
 
 // kill stops a process: SIGTERM, then SIGKILL after 10 s.
 func (r *Runner) kill(p *Proc) {
-	if p.cmd == nil || p.cmd.Process == nil || !p.Running() {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil || !p.Running() {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.exited:
+	case <-exited:
 	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
+		_ = cmd.Process.Kill()
+		<-exited
 	}
+}
+
+// exitError is how the process last ended.
+func (p *Proc) exitError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitErr
 }
 
 // env is the process's environment: the container's env and envFrom, the
