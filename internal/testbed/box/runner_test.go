@@ -157,12 +157,13 @@ func TestRunnerRunsCAPIDeployment(t *testing.T) {
 }
 
 // installCertManager installs the REAL cert-manager chart with the Helm
-// SDK, with labctl's values, and waits for its Deployments, which the
+// SDK from a loopback chart repository, with labctl's values, and waits for its Deployments, which the
 // stand-in runs; Helm's wait for the startupapicheck hook Job ends only
 // when the stand-in's API check passed.
 func installCertManager(ctx context.Context, t *testing.T, b *box.Box) {
 	t.Helper()
-	file := standin.UpstreamChart(t, t.TempDir(), standin.CertManager)
+	// The real chart, from a chart repository on loopback.
+	repo := standin.ServeUpstreamRepo(t)
 	pins := versions.MustGet()
 	values := map[string]any{}
 	raw, err := embedded.FS.ReadFile("manifests/mgmt/cert-manager-values.yaml")
@@ -174,7 +175,7 @@ func installCertManager(ctx context.Context, t *testing.T, b *box.Box) {
 	}
 	hc := helm.New(b.Env.Config)
 	rel := helm.Release{Name: "cert-manager", Namespace: "cert-manager", Values: values,
-		Chart: helm.Chart{Name: "cert-manager", Version: pins.CertManagerChartVersion(), File: file}}
+		Chart: helm.Chart{Name: "cert-manager", Version: pins.CertManagerChartVersion(), Repo: repo.URL}}
 	if _, err := hc.Ensure(ctx, rel, 3*time.Minute); err != nil {
 		t.Fatalf("installing the real cert-manager chart: %v", err)
 	}
