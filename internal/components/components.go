@@ -14,7 +14,9 @@ import (
 	"path/filepath"
 	"text/template"
 
+	helmv1 "github.com/k3s-io/helm-controller/pkg/apis/helm.cattle.io/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
@@ -236,29 +238,37 @@ var HelmChartGVK = schema.GroupVersionKind{Group: "helm.cattle.io", Version: "v1
 
 // HelmChart renders c as a HelmChart object for k3s's helm-controller,
 // which names the release after it. An offline chart travels inside it
-// (spec.chartContent), so the VM needs no repository.
+// (spec.chartContent), so the VM needs no repository. The object is built
+// from helm-controller's own Go types (github.com/k3s-io/helm-controller
+// v0.17.7, the version k3s bundles), so a field labctl sets is one that
+// helm-controller reads.
 func (c *Chart) HelmChart() (*unstructured.Unstructured, error) {
 	values, err := yaml.Marshal(c.Release.Values)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the values of chart %s: %w", c.Release.Chart, err)
 	}
-	spec := map[string]any{
-		"targetNamespace": c.Release.Namespace,
-		"createNamespace": true,
-		"valuesContent":   string(values),
+	spec := helmv1.HelmChartSpec{
+		TargetNamespace: c.Release.Namespace,
+		CreateNamespace: true,
+		ValuesContent:   string(values),
 	}
 	if f := c.Release.Chart.File; f != "" {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("reading chart %s: %w", c.Release.Chart, err)
 		}
-		spec["chartContent"] = base64.StdEncoding.EncodeToString(data)
+		spec.ChartContent = base64.StdEncoding.EncodeToString(data)
 	} else {
-		spec["chart"] = c.Release.Chart.Name
-		spec["repo"] = c.Release.Chart.Repo
-		spec["version"] = c.Release.Chart.Version
+		spec.Chart, spec.Repo, spec.Version = c.Release.Chart.Name, c.Release.Chart.Repo, c.Release.Chart.Version
 	}
-	return object(HelmChartGVK, HelmChartNamespace, c.Release.Name, nil, map[string]any{"spec": spec}), nil
+	fields, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&helmv1.HelmChart{Spec: spec})
+	if err != nil {
+		return nil, fmt.Errorf("rendering the HelmChart of chart %s: %w", c.Release.Chart, err)
+	}
+	// Only the spec is labctl's: the metadata comes from object, and the
+	// status is helm-controller's (an empty one would only be noise in
+	// plans and printed objects).
+	return object(HelmChartGVK, HelmChartNamespace, c.Release.Name, nil, map[string]any{"spec": fields["spec"]}), nil
 }
 
 // object builds an unstructured object with labctl's labels.

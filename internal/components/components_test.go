@@ -284,3 +284,23 @@ func TestOfflineErrorsNameWhatIsMissing(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// The HelmChart types labctl builds from are helm-controller's at the
+// version k3s bundles, labctl's pin in embedded/versions.yaml: go.mod must
+// not drift from it.
+func TestHelmChartTypesAreThePinnedHelmController(t *testing.T) {
+	data, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := versions.MustGet().HelmController
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "github.com/k3s-io/helm-controller" {
+			if f[1] != want {
+				t.Errorf("go.mod requires github.com/k3s-io/helm-controller %s; embedded/versions.yaml pins %s", f[1], want)
+			}
+			return
+		}
+	}
+	t.Fatal("go.mod does not require github.com/k3s-io/helm-controller: HelmChart is not built from its types")
+}

@@ -102,6 +102,17 @@ type options struct {
 	paths []string
 	crds  []*apiextensionsv1.CustomResourceDefinition
 	audit bool
+	// endpointRouting: see WithEndpointRouting.
+	endpointRouting bool
+}
+
+// WithEndpointRouting makes the API server reach webhook and aggregated
+// Services through their EndpointSlices rather than their ClusterIP
+// (kube-apiserver --enable-aggregator-routing), so a Service whose
+// endpoint is a process on loopback (package runner) answers, as a
+// Service backed by a pod does in a real cluster.
+func WithEndpointRouting() Option {
+	return func(o *options) { o.endpointRouting = true }
 }
 
 // WithCRDs installs CRD sets by name: "capi" (core, kubeadm bootstrap and
@@ -152,7 +163,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 			t.Fatalf("testbed: %v", err)
 		}
 	}
-	env, err := start(assets, crds, paths, audit)
+	env, err := start(assets, crds, paths, audit, o.endpointRouting)
 	if env != nil {
 		// Registered before checking err: the servers stop also when the
 		// start failed half way.
@@ -180,7 +191,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 // auditFiles are the audit log and its policy; empty means no audit log.
 type auditFiles struct{ log, policy string }
 
-func start(assets string, crds []*apiextensionsv1.CustomResourceDefinition, crdPaths []string, audit auditFiles) (*Env, error) {
+func start(assets string, crds []*apiextensionsv1.CustomResourceDefinition, crdPaths []string, audit auditFiles, endpointRouting bool) (*Env, error) {
 	quietControllerRuntime()
 	te := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
@@ -204,6 +215,9 @@ func start(assets string, crds []*apiextensionsv1.CustomResourceDefinition, crdP
 			Set("audit-log-path", audit.log).
 			Set("audit-policy-file", audit.policy).
 			Set("audit-log-mode", "blocking")
+	}
+	if endpointRouting {
+		te.ControlPlane.GetAPIServer().Configure().Set("enable-aggregator-routing", "true")
 	}
 
 	env := &Env{env: te, AuditLog: audit.log}

@@ -53,7 +53,7 @@ spec:
 	if err := os.WriteFile(bad, []byte(crd), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env, err := start(assets, nil, []string{bad}, auditFiles{})
+	env, err := start(assets, nil, []string{bad}, auditFiles{}, false)
 	if err == nil {
 		_ = env.Stop()
 		t.Fatal("start with an invalid CRD succeeded")

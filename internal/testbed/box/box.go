@@ -35,6 +35,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testbed/certmanager"
+	"github.com/labctl/labctl/internal/testbed/pki"
+	"github.com/labctl/labctl/internal/testbed/runner"
 	"github.com/labctl/labctl/internal/testbed/upstream"
 )
 
@@ -46,6 +49,9 @@ type Box struct {
 	Env *testbed.Env
 	// Procs are the processes started, by binary name.
 	Procs map[string]*Proc
+	// Runner plays the kubelet for Deployments of the upstream images
+	// labctl pins (package runner).
+	Runner *runner.Runner
 }
 
 // Proc is one controller process of the box.
@@ -64,6 +70,19 @@ type options struct {
 	providers []string
 	crdsOf    []string
 	env       map[string][]string
+	bare      bool
+	audit     bool
+}
+
+// Bare starts no provider manager beside the API server: the runner runs
+// what Deployments the test (or the operator) applies.
+func Bare() Option {
+	return func(o *options) { o.bare = true }
+}
+
+// WithAuditLog gives the API server an audit log (testbed.WithAuditLog).
+func WithAuditLog() Option {
+	return func(o *options) { o.audit = true }
 }
 
 // WithProviders runs these upstream providers' managers (names as in
@@ -127,7 +146,7 @@ func Start(t testing.TB, opts ...Option) *Box {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if len(o.providers) == 0 {
+	if len(o.providers) == 0 && !o.bare {
 		o.providers = []string{"cluster-api"}
 	}
 	assets := testbed.Assets(t)
@@ -212,7 +231,13 @@ func Start(t testing.TB, opts ...Option) *Box {
 		}
 		crds = append(crds, got...)
 	}
-	env := testbed.Start(t, testbed.WithCRDObjects(crds...))
+	// Webhook Services are reached through their EndpointSlices, which
+	// the runner writes for the processes it runs.
+	topts := []testbed.Option{testbed.WithCRDObjects(crds...), testbed.WithEndpointRouting()}
+	if o.audit {
+		topts = append(topts, testbed.WithAuditLog())
+	}
+	env := testbed.Start(t, topts...)
 	b := &Box{Env: env, Procs: map[string]*Proc{}}
 
 	cl, err := client.New(env.Config, client.Options{})
@@ -239,7 +264,15 @@ func Start(t testing.TB, opts ...Option) *Box {
 		// No HTTPS of its own: nothing here scrapes it. (Without
 		// --service-account-private-key-file it skips the token
 		// controller, whose key envtest keeps to itself.)
-		"--secure-port=0")
+		"--secure-port=0",
+		// The runner reports Deployments' status from the processes it
+		// runs; the deployment and ReplicaSet controllers would overwrite
+		// it from Pods no kubelet runs.
+		"--controllers=*,-deployment-controller,-replicaset-controller")
+	b.Runner = runner.Start(t, env.Config, env.Kubeconfig, assets)
+	// cert-manager's binaries cannot be built here; when its chart is
+	// installed, the stand-in runs its Deployments (package certmanager).
+	certmanager.Serve(t, env.Config, b.Runner)
 	for _, s := range all {
 		extra, err := managerEnv(s.name, dir)
 		if err != nil {
@@ -254,6 +287,19 @@ func Start(t testing.TB, opts ...Option) *Box {
 		waitReady(t, b.Procs[s.name], s.webhookURL, "http://127.0.0.1:"+strconv.Itoa(s.health)+"/readyz", ca)
 	}
 	return b
+}
+
+// Require skips the test (or fails it under LABCTL_REQUIRE_CONTROLLERS)
+// when one of these controller binaries is missing: for tests whose
+// Deployments the runner runs.
+func Require(t testing.TB, names ...string) {
+	t.Helper()
+	assets := testbed.Assets(t)
+	bins := map[string]string{}
+	for _, n := range names {
+		bins[n] = filepath.Join(assets, n)
+	}
+	requireBinaries(t, bins)
 }
 
 func requireBinaries(t testing.TB, bins map[string]string) {
@@ -322,7 +368,7 @@ func (b *Box) runEnv(t testing.TB, name, bin, dir string, env []string, args ...
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("box: %s's log (%s), last lines:\n%s", name, logPath, tail(logPath, 60))
+			t.Logf("box: %s's log (%s), last lines:\n%s", name, logPath, runner.Tail(logPath, 60))
 		}
 	})
 }
@@ -349,7 +395,7 @@ func waitReady(t testing.TB, p *Proc, webhookURL, readyz string, ca []byte) {
 	var last error
 	for time.Now().Before(deadline) {
 		if exited, err := p.Exited(); exited {
-			t.Fatalf("box: %s exited before it was ready: %v\n%s", p.Name, err, tail(p.Log, 60))
+			t.Fatalf("box: %s exited before it was ready: %v\n%s", p.Name, err, runner.Tail(p.Log, 60))
 		}
 		last = probe(hc, readyz)
 		if last == nil {
@@ -363,7 +409,7 @@ func waitReady(t testing.TB, p *Proc, webhookURL, readyz string, ca []byte) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("box: %s not ready after 3 minutes: %v\n%s", p.Name, last, tail(p.Log, 60))
+	t.Fatalf("box: %s not ready after 3 minutes: %v\n%s", p.Name, last, runner.Tail(p.Log, 60))
 }
 
 func probe(hc *http.Client, url string) error {
@@ -376,18 +422,6 @@ func probe(hc *http.Client, url string) error {
 		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	return nil
-}
-
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // freePorts finds n free loopback ports. Another process may take one
@@ -416,17 +450,17 @@ func freePorts(n int) ([]int, error) {
 // dir, where controller-runtime's webhook server looks, and returns the
 // CA's PEM for the caBundles.
 func newServingCert(dir string) ([]byte, error) {
-	ca, err := NewCA("labctl test box webhook CA")
+	ca, err := pki.NewCA("labctl test box webhook CA")
 	if err != nil {
 		return nil, err
 	}
-	crt, key, err := ca.Issue("127.0.0.1", net.ParseIP("127.0.0.1"))
+	pair, err := ca.Serving([]string{"localhost"}, []net.IP{pki.Loopback})
 	if err != nil {
 		return nil, err
 	}
 	var errs []error
-	errs = append(errs, os.WriteFile(filepath.Join(dir, "tls.crt"), crt, 0o600))
-	errs = append(errs, os.WriteFile(filepath.Join(dir, "tls.key"), key, 0o600))
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "tls.crt"), pair.Cert, 0o600))
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "tls.key"), pair.Key, 0o600))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("writing the webhook serving certificate: %w", err)
 	}

@@ -2,6 +2,7 @@ package box_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"fmt"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testbed/box"
+	"github.com/labctl/labctl/internal/testbed/pki"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -109,11 +111,15 @@ func capmoxEnv(t *testing.T, lab *config.Lab) []string {
 // cloud-init ISO and starts the VM, with an address from the in-cluster
 // IPAM pool.
 func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
-	ca, err := box.NewCA("labctl test PVE CA")
+	ca, err := pki.NewCA("labctl test PVE CA")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := ca.TLSCertificate(pveAddr, net.ParseIP(pveAddr))
+	pair, err := ca.Serving([]string{"localhost"}, []net.IP{net.ParseIP(pveAddr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
 	if err != nil {
 		t.Fatal(err)
 	}

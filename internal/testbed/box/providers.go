@@ -1,16 +1,16 @@
 package box
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/labctl/labctl/internal/testbed"
 )
 
 // capmoxArgs are the flags of CAPMOX's manager (cmd/main.go in
@@ -93,31 +93,25 @@ func wired() []string {
 // It fails the test when the port stays taken by something else.
 func holdPort(t testing.TB, name string, port int) {
 	t.Helper()
-	path := filepath.Join(os.TempDir(), "labctl-box-port-"+strconv.Itoa(port)+".lock")
-	// Read-only is enough for flock, so a lock file another user made
-	// (mode 0644 under the usual umask) serves every user.
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDONLY, 0o644)
-	if err != nil {
-		t.Fatalf("box: locking port %d for %s: %v", port, name, err)
-	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
+		unlock, ok, err := testbed.TryLockPort(port)
+		if err != nil {
+			t.Fatalf("box: %s: %v", name, err)
+		}
+		if ok {
+			t.Cleanup(unlock)
 			break
 		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
-			f.Close()
-			t.Fatalf("box: locking port %d for %s (%s): %v", port, name, path, err)
+		if time.Now().After(deadline) {
+			t.Fatalf("box: port %d for %s is still locked by another test after 5 minutes", port, name)
 		}
 		select {
 		case <-t.Context().Done():
-			f.Close()
 			t.Fatalf("box: waiting for port %d for %s: %v", port, name, t.Context().Err())
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	t.Cleanup(func() { f.Close() })
 	// The manager binds every interface; so does this check.
 	for {
 		l, err := net.Listen("tcp", ":"+strconv.Itoa(port))

@@ -11,19 +11,14 @@ package standin
 import (
 	"embed"
 	"io/fs"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/repo"
 	"sigs.k8s.io/yaml"
 
 	"github.com/labctl/labctl/internal/testbed"
@@ -129,26 +124,5 @@ func ServeRepo(t testing.TB, extra ...string) *Repo {
 			t.Fatal(err)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var downloads atomic.Int64
-	files := http.FileServer(http.Dir(dir))
-	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, ".tgz") {
-			downloads.Add(1)
-		}
-		files.ServeHTTP(w, r)
-	})}}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	idx, err := repo.IndexDirectory(dir, srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := idx.WriteFile(filepath.Join(dir, "index.yaml"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return &Repo{URL: srv.URL, Dir: dir, Requests: func() int { return int(downloads.Load()) }}
+	return serveDir(t, dir)
 }

@@ -1,0 +1,113 @@
+package mgmt_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/mgmt"
+	"github.com/labctl/labctl/internal/testbed/box"
+	"github.com/labctl/labctl/internal/testbed/standin"
+)
+
+// 'labctl mgmt install' on the management cluster in a box, with nothing
+// played by labctl's tests: the REAL cert-manager and cluster-api-operator
+// charts through the Helm SDK (from the offline folder, packaged from
+// their modules), the REAL operator (run by the runner) turning labctl's
+// Provider CRs into the REAL providers from the offline ConfigMaps, and
+// the runner starting their managers. Only cert-manager's work is a
+// stand-in (package certmanager), and CAPMOX's Proxmox is the fake PVE on
+// loopback. 'mgmt status' then reports what the operator says, and a
+// second run makes no write while the controllers keep working.
+// realBox is the box with the owner's lab aimed at a fake PVE, and the
+// offline folder of the real charts and providers.
+func realBox(t testing.TB) (*box.Box, *pvetest.Server, *config.Lab, string) {
+	t.Helper()
+	box.Require(t, "cluster-api-operator", "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster")
+	b := box.Start(t, box.Bare())
+	// CAPMOX asks its Proxmox for /version when it starts: the fake PVE
+	// answers, on loopback.
+	pve := pvetest.New(t)
+	lab := ownerLab(t, "http://127.0.0.1:1/no-repository-needed-offline")
+	for i := range lab.Hypervisors {
+		if px := lab.Hypervisors[i].Proxmox; px != nil {
+			px.URL, px.TokenID = pve.URL, pve.TokenID
+		}
+	}
+	t.Setenv("PVE_TOKEN_SECRET", pve.Secret)
+	return b, pve, lab, standin.UpstreamOffline(t)
+}
+
+func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
+	b, pve, lab, dir := realBox(t)
+
+	first := bedFor(b.Env)
+	began := time.Now()
+	o, err := install(t, first, lab, func(o *mgmt.InstallOptions) {
+		o.OfflineDir, o.Charts, o.Timeout = dir, mgmt.HelmSDK, 4*time.Minute
+	})
+	took := time.Since(began)
+	if err != nil {
+		t.Fatalf("install: %v\n%s", err, o.stderr.String())
+	}
+	checkSteps(t, o.stderr.String(), "")
+	t.Logf("mgmt install until every provider is Ready: %s, %d writes", took.Round(time.Millisecond), first.writes.Load())
+	for _, p := range []string{"capi-operator-system/capi-operator-cluster-api-operator", "capi-system/capi-controller-manager",
+		"capi-kubeadm-bootstrap-system/capi-kubeadm-bootstrap-controller-manager", "capi-kubeadm-control-plane-system/capi-kubeadm-control-plane-controller-manager",
+		"capmox-system/capmox-controller-manager", "capi-ipam-in-cluster-system/capi-ipam-in-cluster-controller-manager"} {
+		ns, name, _ := strings.Cut(p, "/")
+		if pr := b.Runner.Proc(ns, name); pr == nil || !pr.Running() {
+			t.Errorf("no real manager runs for Deployment %s (runner: %v)", p, b.Runner.Procs())
+		}
+	}
+
+	// The real CAPMOX got labctl's configSecret through the operator's
+	// variable substitution: it asked the fake PVE for its version with
+	// the token, and was answered.
+	var asked bool
+	for _, r := range pve.Requests() {
+		if r.Method == "GET" && r.Path == "/version" && r.Status == 200 {
+			asked = true
+		}
+	}
+	if !asked {
+		t.Errorf("CAPMOX never asked the fake PVE GET /version with labctl's token (requests: %v)", pve.Requests())
+	}
+
+	t.Run("status", func(t *testing.T) {
+		var so out
+		r, err := mgmt.Status(ctx(t), mgmt.StatusOptions{IO: so.io(), Lab: lab, Mgmt: static(bedFor(b.Env).client), Output: "json"})
+		if err != nil {
+			t.Fatalf("status: %v\n%s", err, so.stdout.String())
+		}
+		var got mgmt.Report
+		if err := json.Unmarshal(so.stdout.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		if !r.Ready || len(got.Components) != len(wantSteps) {
+			t.Fatalf("status = %+v", got)
+		}
+		for i, c := range got.Components {
+			if !c.Ready || c.Installed != c.Wanted || !strings.HasPrefix(wantSteps[i], c.Name+" ") {
+				t.Errorf("component %d = %+v", i, c)
+			}
+		}
+	})
+
+	t.Run("no-op re-run", func(t *testing.T) {
+		// The real controllers keep reconciling between the runs.
+		time.Sleep(5 * time.Second)
+		again := bedFor(b.Env)
+		o, err := install(t, again, lab, func(o *mgmt.InstallOptions) { o.OfflineDir, o.Charts = dir, mgmt.HelmSDK })
+		if err != nil {
+			t.Fatalf("re-run: %v\n%s", err, o.stderr.String())
+		}
+		if n := again.writes.Load(); n != 0 {
+			t.Errorf("the re-run made %d write requests; want 0:\n%s", n, o.stderr.String())
+		}
+		checkSteps(t, o.stderr.String(), "up to date")
+	})
+}

@@ -1,0 +1,157 @@
+// Package pki makes the test bed's certificates: a CA and serving
+// certificates signed by it, in PEM, for the webhook servers the test bed
+// runs and for the Secrets cert-manager would issue.
+package pki
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// CA signs serving certificates.
+type CA struct {
+	// PEM is the CA certificate, for caBundles and ca.crt.
+	PEM  []byte
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// Pair is a certificate and its key, in PEM.
+type Pair struct {
+	Cert, Key []byte
+}
+
+var serial atomic.Int64
+
+func nextSerial() *big.Int { return big.NewInt(serial.Add(1) + time.Now().UnixNano()) }
+
+// NewCA makes a self-signed CA valid for a day.
+func NewCA(name string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("making CA %s: %w", name, err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          nextSerial(),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("making CA %s: %w", name, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("making CA %s: %w", name, err)
+	}
+	return &CA{PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), cert: cert, key: key}, nil
+}
+
+// Serving signs a server certificate for these DNS names and IP addresses,
+// valid for a day.
+func (ca *CA) Serving(dnsNames []string, ips []net.IP) (Pair, error) {
+	return serving(dnsNames, ips, ca)
+}
+
+// serving makes a server certificate signed by ca, or by its own key when
+// ca is nil.
+func serving(dnsNames []string, ips []net.IP, ca *CA) (Pair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Pair{}, fmt.Errorf("making a serving key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          nextSerial(),
+		Subject:               pkix.Name{CommonName: firstName(dnsNames, ips)},
+		DNSNames:              dnsNames,
+		IPAddresses:           ips,
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+	}
+	parent, signer := tmpl, key
+	if ca != nil {
+		parent, signer = ca.cert, ca.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
+	if err != nil {
+		return Pair{}, fmt.Errorf("signing a serving certificate for %v %v: %w", dnsNames, ips, err)
+	}
+	return pairOf(der, key)
+}
+
+// Loopback is the address every test bed server is reached on.
+var Loopback = net.ParseIP("127.0.0.1")
+
+// LoadCA reads a CA from its certificate and key in PEM (a cert-manager ca
+// Issuer's Secret: tls.crt and tls.key).
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	cb, _ := pem.Decode(certPEM)
+	if cb == nil {
+		return nil, fmt.Errorf("tls.crt holds no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("tls.crt: %w", err)
+	}
+	kb, _ := pem.Decode(keyPEM)
+	if kb == nil {
+		return nil, fmt.Errorf("tls.key holds no PEM key")
+	}
+	var key *ecdsa.PrivateKey
+	if k, err := x509.ParseECPrivateKey(kb.Bytes); err == nil {
+		key = k
+	} else if k, err := x509.ParsePKCS8PrivateKey(kb.Bytes); err == nil {
+		if ek, ok := k.(*ecdsa.PrivateKey); ok {
+			key = ek
+		}
+	}
+	if key == nil {
+		return nil, fmt.Errorf("tls.key: only ECDSA keys are read here")
+	}
+	return &CA{PEM: certPEM, cert: cert, key: key}, nil
+}
+
+// SelfSigned makes a serving certificate signed by its own key, as
+// cert-manager's selfSigned issuer does; the certificate is its own CA.
+func SelfSigned(dnsNames []string, ips []net.IP) (Pair, error) {
+	return serving(dnsNames, ips, nil)
+}
+
+func firstName(dnsNames []string, ips []net.IP) string {
+	switch {
+	case len(dnsNames) > 0:
+		return dnsNames[0]
+	case len(ips) > 0:
+		return ips[0].String()
+	}
+	return "localhost"
+}
+
+func pairOf(der []byte, key *ecdsa.PrivateKey) (Pair, error) {
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return Pair{}, fmt.Errorf("making a serving key: %w", err)
+	}
+	return Pair{
+		Cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		Key:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	}, nil
+}

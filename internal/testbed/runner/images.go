@@ -1,0 +1,101 @@
+package runner
+
+import (
+	"strings"
+
+	"github.com/labctl/labctl/internal/testbed/upstream"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// Image is an upstream component image the runner knows: the binary
+// hack/testenv.sh builds from the same module, and where its command line
+// puts the listeners and the webhook certificates.
+type Image struct {
+	// Name is the image's last path element, without registry or tag, as
+	// the project's release names it (their Makefiles' IMAGE_NAME).
+	Name string
+	// Binary is the file in .testbed/bin.
+	Binary string
+	// Module is the Go module the binary is built from; the image tag must
+	// be labctl's pin of it or the version the test bed runs instead.
+	Module string
+	Pin    func(versions.Pins) string
+	// Addrs are the flags holding a listen address (host:port), with
+	// their defaults; Ports the flags holding a bare port.
+	Addrs, Ports map[string]string
+	// CertDir is the flag naming the webhook certificate folder, with its
+	// default; empty when the binary takes controller-runtime's default
+	// (under TMPDIR).
+	CertDir, CertDirDefault string
+	// CRLeaderElection says the binary's --leader-elect is
+	// controller-runtime's, which finds its namespace only in the pod's
+	// service account folder (/var/run/secrets/kubernetes.io/serviceaccount,
+	// not there for a process here) and fails to start without it; the
+	// runner turns it off (one process per Deployment: there is nothing to
+	// elect).
+	CRLeaderElection bool
+	// FixedPorts are ports the binary binds on every interface with no
+	// flag to move them; the runner takes their machine-wide lock first.
+	FixedPorts []int
+}
+
+// flags of Cluster API's managers: sigs.k8s.io/cluster-api v1.12.10
+// main.go, bootstrap/kubeadm/main.go, controlplane/kubeadm/main.go and
+// util/flags/manager.go.
+var (
+	capiAddrs = map[string]string{"health-addr": ":9440", "diagnostics-address": ":8443", "profiler-address": ""}
+	capiPorts = map[string]string{"webhook-port": "9443"}
+)
+
+const crCertDir = "/tmp/k8s-webhook-server/serving-certs/"
+
+// Images are the components labctl pins (embedded/versions.yaml) that the
+// runner can run.
+var Images = []Image{
+	{Name: "cluster-api-controller", Binary: "cluster-api", Module: "sigs.k8s.io/cluster-api", Pin: func(p versions.Pins) string { return p.ClusterAPI },
+		Addrs: capiAddrs, Ports: capiPorts, CertDir: "webhook-cert-dir", CertDirDefault: crCertDir, CRLeaderElection: true},
+	{Name: "kubeadm-bootstrap-controller", Binary: "kubeadm-bootstrap", Module: "sigs.k8s.io/cluster-api", Pin: func(p versions.Pins) string { return p.ClusterAPI },
+		Addrs: capiAddrs, Ports: capiPorts, CertDir: "webhook-cert-dir", CertDirDefault: crCertDir, CRLeaderElection: true},
+	{Name: "kubeadm-control-plane-controller", Binary: "kubeadm-control-plane", Module: "sigs.k8s.io/cluster-api", Pin: func(p versions.Pins) string { return p.ClusterAPI },
+		Addrs: capiAddrs, Ports: capiPorts, CertDir: "webhook-cert-dir", CertDirDefault: crCertDir, CRLeaderElection: true},
+	// cmd/main.go of github.com/ionos-cloud/cluster-api-provider-proxmox
+	// v0.9.0: its webhook server keeps controller-runtime's port 9443
+	// (no flag), so the runner cannot move it.
+	{Name: "cluster-api-provider-proxmox", Binary: "capmox", Module: "github.com/ionos-cloud/cluster-api-provider-proxmox", Pin: func(p versions.Pins) string { return p.CAPMOX },
+		Addrs: map[string]string{"health-probe-bind-address": ":8081", "diagnostics-address": ":8443"}, CRLeaderElection: true, FixedPorts: []int{9443}},
+	// main.go of sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.0.3.
+	{Name: "cluster-api-ipam-in-cluster-controller", Binary: "ipam-in-cluster", Module: "sigs.k8s.io/cluster-api-ipam-provider-in-cluster", Pin: func(p versions.Pins) string { return p.IPAMInCluster },
+		Addrs: map[string]string{"metrics-bind-address": ":8080", "health-probe-bind-address": ":8081"}, Ports: capiPorts,
+		CertDir: "webhook-cert-dir", CertDirDefault: crCertDir, CRLeaderElection: true},
+	// cmd/main.go of sigs.k8s.io/cluster-api-operator v0.28.0.
+	{Name: "cluster-api-operator", Binary: "cluster-api-operator", Module: "sigs.k8s.io/cluster-api-operator", Pin: func(p versions.Pins) string { return p.ClusterAPIOperator },
+		Addrs: map[string]string{"health-addr": ":9440", "diagnostics-address": ":8443", "profiler-address": "localhost:6060"}, Ports: capiPorts,
+		CertDir: "webhook-cert-dir", CertDirDefault: crCertDir, CRLeaderElection: true},
+	// cluster-autoscaler 1.35.0's config/flags/flags.go: --address.
+	{Name: "cluster-autoscaler", Binary: "cluster-autoscaler", Module: "k8s.io/autoscaler/cluster-autoscaler", Pin: func(p versions.Pins) string { return p.ClusterAutoscaler },
+		Addrs: map[string]string{"address": ":8085"}},
+}
+
+// Match finds the image a container runs: by name, at a version the test
+// bed has a binary for. ok is false for any other image (a sidecar such as
+// kube-rbac-proxy, or another version).
+func Match(image string, pins versions.Pins) (Image, bool) {
+	ref := image
+	if i := strings.Index(ref, "@"); i >= 0 {
+		ref = ref[:i]
+	}
+	tag := ""
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		ref, tag = ref[:i], ref[i+1:]
+	}
+	name := ref[strings.LastIndex(ref, "/")+1:]
+	for _, im := range Images {
+		if im.Name != name {
+			continue
+		}
+		if tag == im.Pin(pins) || (tag != "" && tag == upstream.TestbedVersions[im.Module]) {
+			return im, true
+		}
+	}
+	return Image{}, false
+}

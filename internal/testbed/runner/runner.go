@@ -1,0 +1,1124 @@
+// Package runner plays the kubelet (and the deployment controller) of the
+// test bed's management cluster for the upstream components labctl pins.
+// For each Deployment whose container image is one of them (Images: the
+// operator, the Cluster API providers, the cluster-autoscaler) it runs the
+// binary hack/testenv.sh built from the same module, with the container's
+// own command, args and env:
+//
+//   - the Secrets, ConfigMaps and emptyDirs the container mounts become
+//     files in a folder per process, each mountPath mapped into it; TMPDIR
+//     points there too, so controller-runtime's default certificate folder
+//     lands in the mapped /tmp;
+//   - KUBECONFIG replaces the in-cluster config;
+//   - the Deployment's status (replicas, available, conditions) is written
+//     back from the process and its readiness probe.
+//
+// One departure from "the container's own args": the listeners. Every
+// process here shares the machine's loopback, where the containers' fixed
+// ports (9443 webhook, 9440 health, 8443 metrics...) would collide, so the
+// runner moves each listen flag (Image.Addrs, Image.Ports) to a free
+// loopback port, and maps the container's ports (for probes and Service
+// targetPorts) to them. A flag naming a mounted path is mapped into the
+// process's folder, and a certificate-folder flag left at its default is
+// set to the mapped default. And controller-runtime's leader election is
+// turned off (Image.CRLeaderElection says why).
+//
+// It also plays the Service network for them: each Service selecting a
+// process gets an EndpointSlice leading to it on loopback (endpoints), so
+// webhook configurations and CRD conversion webhooks reach the process
+// through their Service, as written by their owners, with the caBundle
+// that cert-manager's CA injection (or its stand-in) fills.
+//
+// When a Deployment changes, its process is restarted with the new spec;
+// when it goes away (or scales to 0), the process is stopped. A process
+// that exits is started again after a pause, as kubelet restarts a
+// container. Each process's log is a file; a failed test gets each log's
+// tail.
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// Runner runs the known Deployments of one API server.
+type Runner struct {
+	t          testing.TB
+	cs         kubernetes.Interface
+	cfg        *rest.Config
+	kubeconfig string
+	bins       string
+	dir        string
+	pins       versions.Pins
+	kick       chan struct{}
+	stop       context.CancelFunc
+	done       chan struct{}
+
+	mu    sync.Mutex
+	procs map[string]*Proc
+	// Handlers run Deployments of other images in-process (cert-manager's
+	// stand-in): by image name, a function that says whether the
+	// Deployment's workload is ready, and why not.
+	handlers map[string]Handler
+	// podHandlers play the kubelet for bare Pods (a Job's) of other
+	// images, by image name.
+	podHandlers map[string]PodHandler
+	// portLocks are the machine-wide locks held on ports an image
+	// hard-codes (Image.FixedPorts), by port; released by Stop.
+	portLocks map[int]func()
+}
+
+// PodHandler stands in for the container of a Pod (a Job's, such as a
+// chart's hook) whose binary cannot be built here: it is called on each
+// pass until it returns a terminal phase, which is then reported.
+type PodHandler func(ctx context.Context, p *corev1.Pod) (phase corev1.PodPhase, message string)
+
+// Handler stands in for a component whose binary cannot be built here: it
+// is called on each pass for each Deployment running its image, and says
+// whether the Deployment is ready.
+type Handler func(ctx context.Context, d *appsv1.Deployment) (ready bool, why string)
+
+// Proc is one process the runner started for a Deployment.
+type Proc struct {
+	// Deployment is namespace/name.
+	Deployment string
+	Image      Image
+	// Log is the file its stdout and stderr go to.
+	Log string
+	// Ports maps the container's ports to the loopback ports the process
+	// listens on.
+	Ports map[int32]int
+	// Args are the arguments it was started with.
+	Args []string
+
+	spec   string // hash of what it was started from
+	labels map[string]string
+	// mu guards cmd, exited and exitErr: a restart replaces them while
+	// tests and the loop ask Running.
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	exitErr  error
+	starts   int
+	restarts time.Time
+	// ready is the last readiness the runner saw (probe passed).
+	ready bool
+}
+
+// Running reports whether the process is alive.
+func (p *Proc) Running() bool {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Start runs the runner against the API server cfg reaches (kubeconfig is
+// the same admin user as a file, for the processes) until the test ends.
+// bins is the folder of the binaries hack/testenv.sh builds.
+func Start(t testing.TB, cfg *rest.Config, kubeconfig, bins string) *Runner {
+	t.Helper()
+	cfg = rest.CopyConfig(cfg)
+	// The API server warns that FQDN EndpointSlices are deprecated; the
+	// runner writes them on purpose (endpoints says why).
+	cfg.WarningHandler = rest.NoWarnings{}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("runner: %v", err)
+	}
+	pins, err := versions.Get()
+	if err != nil {
+		t.Fatalf("runner: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Runner{
+		t: t, cs: cs, cfg: cfg, kubeconfig: kubeconfig, bins: bins, dir: t.TempDir(), pins: pins,
+		kick: make(chan struct{}, 1), stop: cancel, done: make(chan struct{}),
+		procs: map[string]*Proc{}, handlers: map[string]Handler{}, podHandlers: map[string]PodHandler{},
+	}
+
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	kickOn := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { r.Kick() },
+		UpdateFunc: func(any, any) { r.Kick() },
+		DeleteFunc: func(any) { r.Kick() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{
+		factory.Apps().V1().Deployments().Informer(),
+		factory.Core().V1().Services().Informer(),
+		factory.Core().V1().Secrets().Informer(),
+	} {
+		if _, err := inf.AddEventHandler(kickOn); err != nil {
+			t.Fatalf("runner: %v", err)
+		}
+	}
+	factory.Start(ctx.Done())
+
+	go r.loop(ctx)
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// Handle makes the runner call h for Deployments of the image named name
+// (its last path element), instead of running a binary.
+func (r *Runner) Handle(name string, h Handler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.handlers[name] = h
+	r.Kick()
+}
+
+// HandlePods makes the runner call h for Pods with a container of the
+// image named name.
+func (r *Runner) HandlePods(name string, h PodHandler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.podHandlers[name] = h
+	r.Kick()
+}
+
+// Kick asks for a pass now.
+func (r *Runner) Kick() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Stop stops every process and the runner; the test's cleanup calls it.
+func (r *Runner) Stop() {
+	r.stop()
+	<-r.done
+	r.mu.Lock()
+	procs := make([]*Proc, 0, len(r.procs))
+	for _, p := range r.procs {
+		procs = append(procs, p)
+	}
+	r.mu.Unlock()
+	for _, p := range procs {
+		r.kill(p)
+	}
+	r.mu.Lock()
+	for _, unlock := range r.portLocks {
+		unlock()
+	}
+	r.portLocks = nil
+	r.mu.Unlock()
+	if r.t.Failed() && len(procs) > 0 {
+		// The test's temporary folder goes when the test ends; the logs
+		// of a failed test are kept outside it.
+		kept, err := os.MkdirTemp("", "labctl-runner-logs-")
+		for _, p := range procs {
+			where := p.Log
+			if err == nil {
+				if data, rerr := os.ReadFile(p.Log); rerr == nil {
+					where = filepath.Join(kept, filepath.Base(p.Log))
+					_ = os.WriteFile(where, data, 0o600)
+				}
+			}
+			r.t.Logf("runner: %s (%s) log kept at %s, last lines:\n%s", p.Deployment, p.Image.Binary, where, Tail(p.Log, 40))
+		}
+	}
+}
+
+// Proc returns the process of Deployment namespace/name, or nil.
+func (r *Runner) Proc(namespace, name string) *Proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.procs[namespace+"/"+name]
+}
+
+// Procs lists the processes running now, by Deployment.
+func (r *Runner) Procs() map[string]*Proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]*Proc, len(r.procs))
+	for k, p := range r.procs {
+		out[k] = p
+	}
+	return out
+}
+
+// Logf logs to the test, as the runner and its handlers do.
+func (r *Runner) Logf(format string, args ...any) { r.logf(format, args...) }
+
+func (r *Runner) logf(format string, args ...any) {
+	// t.Logf panics once the test has ended; the loop may outlive it by a
+	// pass.
+	defer func() { _ = recover() }()
+	r.t.Logf("runner: "+format, args...)
+}
+
+func (r *Runner) loop(ctx context.Context) {
+	defer close(r.done)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		r.pass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+// pass brings the processes in line with the Deployments, reports their
+// status and points webhooks at them.
+func (r *Runner) pass(ctx context.Context) {
+	ds, err := r.cs.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		if ctx.Err() == nil {
+			r.logf("listing Deployments: %v", err)
+		}
+		return
+	}
+	seen := map[string]bool{}
+	type status struct {
+		d     *appsv1.Deployment
+		ready bool
+		why   string
+	}
+	var reports []status
+	for i := range ds.Items {
+		d := &ds.Items[i]
+		key := d.Namespace + "/" + d.Name
+		if d.DeletionTimestamp != nil || (d.Spec.Replicas != nil && *d.Spec.Replicas == 0) {
+			continue
+		}
+		if h, ok := r.handler(d); ok {
+			seen[key] = true
+			ready, why := h(ctx, d)
+			reports = append(reports, status{d, ready, why})
+			continue
+		}
+		c, im, ok := r.container(d)
+		if !ok {
+			continue
+		}
+		seen[key] = true
+		ready, why := r.ensure(ctx, d, c, im)
+		reports = append(reports, status{d, ready, why})
+	}
+	r.mu.Lock()
+	var gone []*Proc
+	for k, p := range r.procs {
+		if !seen[k] {
+			gone = append(gone, p)
+			delete(r.procs, k)
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range gone {
+		r.logf("Deployment %s is gone (or scaled to 0): stopping %s", p.Deployment, p.Image.Binary)
+		r.kill(p)
+	}
+	r.pods(ctx)
+	// The Services lead to the ready processes before their Deployments
+	// say Available, so a client waiting for Available finds the webhooks
+	// answering.
+	r.endpoints(ctx)
+	for _, st := range reports {
+		r.report(ctx, st.d, st.ready, st.why)
+	}
+}
+
+// pods plays the kubelet for Pods of the images PodHandlers take: it runs
+// the handler and reports the phase it returns, with the container's
+// state, as kubelet's status manager would.
+func (r *Runner) pods(ctx context.Context) {
+	r.mu.Lock()
+	n := len(r.podHandlers)
+	r.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	pods, err := r.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil {
+			continue
+		}
+		var h PodHandler
+		var c corev1.Container
+		r.mu.Lock()
+		for _, cc := range p.Spec.Containers {
+			if ph, ok := r.podHandlers[imageName(cc.Image)]; ok {
+				h, c = ph, cc
+			}
+		}
+		r.mu.Unlock()
+		if h == nil {
+			continue
+		}
+		phase, msg := h(ctx, p)
+		if phase == p.Status.Phase {
+			continue
+		}
+		now := metav1.Now()
+		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
+		switch phase {
+		case corev1.PodSucceeded, corev1.PodFailed:
+			code, reason := int32(0), "Completed"
+			if phase == corev1.PodFailed {
+				code, reason = 1, "Error"
+			}
+			st.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, Message: msg, StartedAt: now, FinishedAt: now}
+		default:
+			started := true
+			st.Started = &started
+			st.State.Running = &corev1.ContainerStateRunning{StartedAt: now}
+		}
+		p = p.DeepCopy()
+		p.Status.Phase = phase
+		p.Status.Message = msg
+		p.Status.StartTime = &now
+		p.Status.PodIP, p.Status.HostIP = "127.0.0.1", "127.0.0.1"
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{st}
+		if _, err := r.cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			r.logf("reporting Pod %s/%s %s: %v", p.Namespace, p.Name, phase, err)
+			continue
+		}
+		r.logf("Pod %s/%s is %s: %s", p.Namespace, p.Name, phase, msg)
+	}
+}
+
+func (r *Runner) handler(d *appsv1.Deployment) (Handler, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if h, ok := r.handlers[imageName(c.Image)]; ok {
+			return h, true
+		}
+	}
+	return nil, false
+}
+
+// container picks the Deployment's container running a known image. Other
+// containers (sidecars such as kube-rbac-proxy) are not run.
+func (r *Runner) container(d *appsv1.Deployment) (corev1.Container, Image, bool) {
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if im, ok := Match(c.Image, r.pins); ok {
+			return c, im, true
+		}
+	}
+	return corev1.Container{}, Image{}, false
+}
+
+func imageName(image string) string {
+	ref := image
+	if i := strings.Index(ref, "@"); i >= 0 {
+		ref = ref[:i]
+	}
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		ref = ref[:i]
+	}
+	return ref[strings.LastIndex(ref, "/")+1:]
+}
+
+// ensure keeps one process running the Deployment's current spec, and
+// says whether it is ready.
+func (r *Runner) ensure(ctx context.Context, d *appsv1.Deployment, c corev1.Container, im Image) (bool, string) {
+	key := d.Namespace + "/" + d.Name
+	spec := specHash(d)
+	r.mu.Lock()
+	p := r.procs[key]
+	r.mu.Unlock()
+	if p != nil && p.spec != spec {
+		r.logf("Deployment %s changed: restarting %s", key, im.Binary)
+		r.kill(p)
+		r.mu.Lock()
+		delete(r.procs, key)
+		r.mu.Unlock()
+		p = nil
+	}
+	if p != nil && !p.Running() {
+		if time.Since(p.restarts) < backoff(p.starts) {
+			return false, fmt.Sprintf("%s exited (%v); restarting (back-off)", im.Binary, p.exitError())
+		}
+		r.logf("%s of Deployment %s exited (%v): starting it again", im.Binary, key, p.exitError())
+		if err := r.launch(p); err != nil {
+			return false, err.Error()
+		}
+	}
+	if why := r.lockPorts(im); why != "" {
+		return false, why
+	}
+	if p == nil {
+		np, err := r.prepare(ctx, d, c, im, spec)
+		if err != nil {
+			return false, err.Error()
+		}
+		if err := r.launch(np); err != nil {
+			return false, err.Error()
+		}
+		r.mu.Lock()
+		r.procs[key] = np
+		r.mu.Unlock()
+		p = np
+	}
+	if !p.Running() {
+		p.ready = false
+		return false, fmt.Sprintf("%s exited: %v", im.Binary, p.exitError())
+	}
+	if err := probe(c.ReadinessProbe, c, p); err != nil {
+		p.ready = false
+		return false, "readiness probe: " + err.Error()
+	}
+	p.ready = true
+	return true, ""
+}
+
+// lockPorts takes the machine-wide lock (testbed.TryLockPort) on each
+// port im hard-codes, once per runner; the reason it waits is "" once all
+// are held.
+func (r *Runner) lockPorts(im Image) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, port := range im.FixedPorts {
+		if r.portLocks[port] != nil {
+			continue
+		}
+		unlock, ok, err := testbed.TryLockPort(port)
+		if err != nil {
+			return err.Error()
+		}
+		if !ok {
+			return fmt.Sprintf("waiting for port %d, which %s hard-codes, held by another test", port, im.Binary)
+		}
+		if r.portLocks == nil {
+			r.portLocks = map[int]func(){}
+		}
+		r.portLocks[port] = unlock
+	}
+	return ""
+}
+
+func backoff(starts int) time.Duration {
+	d := time.Duration(starts) * time.Second
+	if d > 10*time.Second {
+		d = 10 * time.Second
+	}
+	return d
+}
+
+// specHash names what a process is started from: the pod template.
+func specHash(d *appsv1.Deployment) string {
+	data, _ := json.Marshal(d.Spec.Template)
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
+}
+
+// prepare makes the process's folder, files, ports and command line.
+func (r *Runner) prepare(ctx context.Context, d *appsv1.Deployment, c corev1.Container, im Image, spec string) (*Proc, error) {
+	bin := filepath.Join(r.bins, im.Binary)
+	if fi, err := os.Stat(bin); err != nil || fi.IsDir() {
+		return nil, fmt.Errorf("%s is missing in %s: build it with 'hack/testenv.sh controllers'", im.Binary, r.bins)
+	}
+	root := filepath.Join(r.dir, d.Namespace+"_"+d.Name)
+	if err := os.RemoveAll(root); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(root, "tmp"), 0o700); err != nil {
+		return nil, err
+	}
+	mounts, err := r.files(ctx, d, c, root)
+	if err != nil {
+		return nil, err
+	}
+	env, err := r.env(ctx, d, c, root)
+	if err != nil {
+		return nil, err
+	}
+	args, ports, err := commandLine(c, im, mounts, root, env)
+	if err != nil {
+		return nil, fmt.Errorf("Deployment %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	p := &Proc{
+		Deployment: d.Namespace + "/" + d.Name, Image: im, Log: filepath.Join(r.dir, d.Namespace+"_"+d.Name+".log"),
+		Ports: ports, Args: args, spec: spec, labels: d.Spec.Template.Labels,
+	}
+	p.cmd = &exec.Cmd{Path: bin, Args: append([]string{bin}, args...), Dir: root, Env: env}
+	return p, nil
+}
+
+// launch starts (or starts again) the process; its output goes to its log.
+func (r *Runner) launch(p *Proc) error {
+	f, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := &exec.Cmd{Path: p.cmd.Path, Args: p.cmd.Args, Dir: p.cmd.Dir, Env: p.cmd.Env, Stdout: f, Stderr: f}
+	fmt.Fprintf(f, "--- runner: starting %s %s\n", p.Image.Binary, strings.Join(p.Args, " "))
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("starting %s: %w", p.Image.Binary, err)
+	}
+	exited := make(chan struct{})
+	p.mu.Lock()
+	p.cmd = cmd
+	p.exited = exited
+	p.exitErr = nil
+	p.mu.Unlock()
+	p.starts++
+	p.restarts = time.Now()
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		p.exitErr = err
+		p.mu.Unlock()
+		close(exited)
+		r.Kick()
+	}()
+	r.logf("Deployment %s: started %s (pid %d, log %s)", p.Deployment, p.Image.Binary, cmd.Process.Pid, p.Log)
+	return nil
+}
+
+// kill stops a process: SIGTERM, then SIGKILL after 10 s.
+func (r *Runner) kill(p *Proc) {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil || !p.Running() {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// exitError is how the process last ended.
+func (p *Proc) exitError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitErr
+}
+
+// env is the process's environment: the container's env and envFrom, the
+// downward API fields a manager reads, and what replaces the in-cluster
+// config. Nothing of the test's own environment leaks in but PATH.
+func (r *Runner) env(ctx context.Context, d *appsv1.Deployment, c corev1.Container, root string) ([]string, error) {
+	vals := map[string]string{}
+	var order []string
+	set := func(k, v string) {
+		if _, ok := vals[k]; !ok {
+			order = append(order, k)
+		}
+		vals[k] = v
+	}
+	for _, from := range c.EnvFrom {
+		var data map[string]string
+		switch {
+		case from.SecretRef != nil:
+			s, err := r.cs.CoreV1().Secrets(d.Namespace).Get(ctx, from.SecretRef.Name, metav1.GetOptions{})
+			if err != nil {
+				if apierrors.IsNotFound(err) && from.SecretRef.Optional != nil && *from.SecretRef.Optional {
+					continue
+				}
+				return nil, fmt.Errorf("waiting for Secret %s/%s (envFrom): %w", d.Namespace, from.SecretRef.Name, err)
+			}
+			data = map[string]string{}
+			for k, v := range s.Data {
+				data[k] = string(v)
+			}
+		case from.ConfigMapRef != nil:
+			cm, err := r.cs.CoreV1().ConfigMaps(d.Namespace).Get(ctx, from.ConfigMapRef.Name, metav1.GetOptions{})
+			if err != nil {
+				if apierrors.IsNotFound(err) && from.ConfigMapRef.Optional != nil && *from.ConfigMapRef.Optional {
+					continue
+				}
+				return nil, fmt.Errorf("waiting for ConfigMap %s/%s (envFrom): %w", d.Namespace, from.ConfigMapRef.Name, err)
+			}
+			data = cm.Data
+		}
+		keys := make([]string, 0, len(data))
+		for k := range data {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			set(from.Prefix+k, data[k])
+		}
+	}
+	podName := d.Name + "-runner"
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			set(e.Name, expand(e.Value, vals))
+			continue
+		}
+		switch vf := e.ValueFrom; {
+		case vf.FieldRef != nil:
+			switch vf.FieldRef.FieldPath {
+			case "metadata.namespace":
+				set(e.Name, d.Namespace)
+			case "metadata.name":
+				set(e.Name, podName)
+			case "metadata.uid":
+				set(e.Name, string(d.UID))
+			case "status.podIP", "status.hostIP":
+				set(e.Name, "127.0.0.1")
+			case "spec.nodeName":
+				set(e.Name, "runner")
+			case "spec.serviceAccountName":
+				set(e.Name, d.Spec.Template.Spec.ServiceAccountName)
+			default:
+				return nil, fmt.Errorf("env %s: the runner does not know fieldRef %s", e.Name, vf.FieldRef.FieldPath)
+			}
+		case vf.SecretKeyRef != nil:
+			s, err := r.cs.CoreV1().Secrets(d.Namespace).Get(ctx, vf.SecretKeyRef.Name, metav1.GetOptions{})
+			if err != nil || s.Data[vf.SecretKeyRef.Key] == nil {
+				if vf.SecretKeyRef.Optional != nil && *vf.SecretKeyRef.Optional {
+					continue
+				}
+				return nil, fmt.Errorf("waiting for Secret %s/%s key %s (env %s): %v", d.Namespace, vf.SecretKeyRef.Name, vf.SecretKeyRef.Key, e.Name, err)
+			}
+			set(e.Name, string(s.Data[vf.SecretKeyRef.Key]))
+		case vf.ConfigMapKeyRef != nil:
+			cm, err := r.cs.CoreV1().ConfigMaps(d.Namespace).Get(ctx, vf.ConfigMapKeyRef.Name, metav1.GetOptions{})
+			v, ok := "", false
+			if err == nil {
+				v, ok = cm.Data[vf.ConfigMapKeyRef.Key]
+			}
+			if !ok {
+				if vf.ConfigMapKeyRef.Optional != nil && *vf.ConfigMapKeyRef.Optional {
+					continue
+				}
+				return nil, fmt.Errorf("waiting for ConfigMap %s/%s key %s (env %s): %v", d.Namespace, vf.ConfigMapKeyRef.Name, vf.ConfigMapKeyRef.Key, e.Name, err)
+			}
+			set(e.Name, v)
+		case vf.ResourceFieldRef != nil:
+			set(e.Name, "0")
+		}
+	}
+	out := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + root, "TMPDIR=" + filepath.Join(root, "tmp"), "KUBECONFIG=" + r.kubeconfig}
+	for _, k := range order {
+		out = append(out, k+"="+vals[k])
+	}
+	return out, nil
+}
+
+// expand does kubelet's $(VAR) expansion of env values and args against
+// the variables defined so far; $$ is a literal $.
+func expand(s string, vars map[string]string) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			if j := strings.IndexByte(s[i:], ')'); j > 0 {
+				name := s[i+2 : i+j]
+				if v, ok := vars[name]; ok {
+					b.WriteString(v)
+					i += j
+					continue
+				}
+			}
+			b.WriteByte('$')
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+// mount is a container path and where it lives for the process.
+type mount struct{ path, local string }
+
+// files writes the volumes the container mounts into root, each at its
+// mountPath under root. A Secret or ConfigMap that does not exist yet is
+// waited for, as kubelet waits, unless the volume is optional.
+func (r *Runner) files(ctx context.Context, d *appsv1.Deployment, c corev1.Container, root string) ([]mount, error) {
+	vols := map[string]corev1.Volume{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		vols[v.Name] = v
+	}
+	var out []mount
+	for _, m := range c.VolumeMounts {
+		v, ok := vols[m.Name]
+		if !ok {
+			return nil, fmt.Errorf("volumeMount %s names no volume", m.Name)
+		}
+		local := filepath.Join(root, filepath.FromSlash(m.MountPath))
+		files := map[string][]byte{}
+		var items []corev1.KeyToPath
+		switch {
+		case v.Secret != nil:
+			s, err := r.cs.CoreV1().Secrets(d.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+			if err != nil {
+				if apierrors.IsNotFound(err) && v.Secret.Optional != nil && *v.Secret.Optional {
+					break
+				}
+				return nil, fmt.Errorf("waiting for Secret %s/%s (volume %s): %w", d.Namespace, v.Secret.SecretName, v.Name, err)
+			}
+			files, items = s.Data, v.Secret.Items
+		case v.ConfigMap != nil:
+			cm, err := r.cs.CoreV1().ConfigMaps(d.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
+			if err != nil {
+				if apierrors.IsNotFound(err) && v.ConfigMap.Optional != nil && *v.ConfigMap.Optional {
+					break
+				}
+				return nil, fmt.Errorf("waiting for ConfigMap %s/%s (volume %s): %w", d.Namespace, v.ConfigMap.Name, v.Name, err)
+			}
+			for k, s := range cm.Data {
+				files[k] = []byte(s)
+			}
+			for k, b := range cm.BinaryData {
+				files[k] = b
+			}
+			items = v.ConfigMap.Items
+		case v.EmptyDir != nil:
+		default:
+			// Projected service account tokens and the like: the process
+			// uses the kubeconfig instead.
+			r.logf("Deployment %s/%s: volume %s is not made (only Secret, ConfigMap and emptyDir volumes are)", d.Namespace, d.Name, v.Name)
+		}
+		if len(items) > 0 {
+			picked := map[string][]byte{}
+			for _, it := range items {
+				if data, ok := files[it.Key]; ok {
+					picked[it.Path] = data
+				}
+			}
+			files = picked
+		}
+		if m.SubPath != "" {
+			data, ok := files[m.SubPath]
+			if !ok {
+				return nil, fmt.Errorf("volumeMount %s: subPath %s is not in volume %s", m.Name, m.SubPath, v.Name)
+			}
+			if err := writeFile(local, data); err != nil {
+				return nil, err
+			}
+		} else {
+			if err := os.MkdirAll(local, 0o700); err != nil {
+				return nil, err
+			}
+			for name, data := range files {
+				if err := writeFile(filepath.Join(local, filepath.FromSlash(name)), data); err != nil {
+					return nil, err
+				}
+			}
+		}
+		out = append(out, mount{path: m.MountPath, local: local})
+	}
+	return out, nil
+}
+
+func writeFile(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	// Secrets and ConfigMaps alike: 0600, never looser.
+	return os.WriteFile(path, data, 0o600)
+}
+
+// commandLine is the container's args (after its command's first element,
+// which the binary replaces), $(VAR)-expanded, with mounted paths mapped
+// and every listener moved to a free loopback port. It returns the map of
+// the container's ports to the local ones.
+func commandLine(c corev1.Container, im Image, mounts []mount, root string, env []string) ([]string, map[int32]int, error) {
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	var args []string
+	if len(c.Command) > 1 {
+		args = append(args, c.Command[1:]...)
+	}
+	args = append(args, c.Args...)
+	for i := range args {
+		args[i] = mapPaths(expand(args[i], vars), mounts)
+	}
+	ports := map[int32]int{}
+	for flagName, def := range im.Addrs {
+		val, idx := flagValue(args, flagName)
+		if idx < 0 {
+			val = def
+		}
+		p, ok := portOf(val)
+		if !ok {
+			continue // disabled (empty or port 0)
+		}
+		local, err := freePort()
+		if err != nil {
+			return nil, nil, err
+		}
+		ports[int32(p)] = local
+		args = setFlag(args, flagName, idx, "127.0.0.1:"+strconv.Itoa(local))
+	}
+	for flagName, def := range im.Ports {
+		val, idx := flagValue(args, flagName)
+		if idx < 0 {
+			val = def
+		}
+		p, err := strconv.Atoi(val)
+		if err != nil || p == 0 {
+			continue
+		}
+		local, err := freePort()
+		if err != nil {
+			return nil, nil, err
+		}
+		ports[int32(p)] = local
+		args = setFlag(args, flagName, idx, strconv.Itoa(local))
+	}
+	if im.CRLeaderElection {
+		if v, idx := flagValue(args, "leader-elect"); idx >= 0 && v != "false" {
+			args[idx] = "--leader-elect=false"
+		}
+	}
+	if im.CertDir != "" {
+		if _, idx := flagValue(args, im.CertDir); idx < 0 {
+			args = append(args, "--"+im.CertDir+"="+mapPaths(im.CertDirDefault, mounts))
+		}
+	}
+	return args, ports, nil
+}
+
+// flagValue finds --name=value or --name value (one dash too, as pflag
+// and Go's flag take both); idx is the index of the flag, -1 if absent.
+func flagValue(args []string, name string) (string, int) {
+	for i, a := range args {
+		for _, p := range []string{"--", "-"} {
+			if v, ok := strings.CutPrefix(a, p+name+"="); ok {
+				return v, i
+			}
+			if a == p+name && i+1 < len(args) {
+				return args[i+1], i
+			}
+		}
+	}
+	return "", -1
+}
+
+// setFlag sets the flag at idx (or appends it) to value, in = form.
+func setFlag(args []string, name string, idx int, value string) []string {
+	if idx < 0 {
+		return append(args, "--"+name+"="+value)
+	}
+	if !strings.Contains(args[idx], "=") {
+		// --name value: drop the separate value.
+		args = append(args[:idx+1], args[idx+2:]...)
+	}
+	args[idx] = "--" + name + "=" + value
+	return args
+}
+
+func portOf(addr string) (int, bool) {
+	if addr == "" || addr == "0" {
+		return 0, false
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, false
+	}
+	p, err := strconv.Atoi(port)
+	return p, err == nil && p > 0
+}
+
+// mapPaths maps a value naming a mounted path (or lying under one) into
+// the process's folder.
+func mapPaths(v string, mounts []mount) string {
+	best := -1
+	for i, m := range mounts {
+		base := strings.TrimSuffix(m.path, "/")
+		if (v == base || strings.HasPrefix(v, base+"/")) && (best < 0 || len(base) > len(mounts[best].path)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return v
+	}
+	m := mounts[best]
+	return m.local + strings.TrimPrefix(v, strings.TrimSuffix(m.path, "/"))
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free loopback port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// localPort maps a container port (a number or a port name) to where the
+// process listens.
+func (p *Proc) localPort(c corev1.Container, port intstr.IntOrString) (int, bool) {
+	n := port.IntVal
+	if port.Type == intstr.String {
+		found := false
+		for _, cp := range c.Ports {
+			if cp.Name == port.StrVal {
+				n, found = cp.ContainerPort, true
+			}
+		}
+		if !found {
+			return 0, false
+		}
+	}
+	if l, ok := p.Ports[n]; ok {
+		return l, true
+	}
+	return int(n), true
+}
+
+var probeClient = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+	// The probe is kubelet's: it does not verify the serving certificate.
+	TLSClientConfig: insecureTLS(),
+}}
+
+// probe runs an HTTP readiness probe against the process, on loopback.
+func probe(pr *corev1.Probe, c corev1.Container, p *Proc) error {
+	if pr == nil || pr.HTTPGet == nil {
+		return nil
+	}
+	port, ok := p.localPort(c, pr.HTTPGet.Port)
+	if !ok {
+		return fmt.Errorf("port %s is not a container port", pr.HTTPGet.Port.String())
+	}
+	scheme := "http"
+	if pr.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+		scheme = "https"
+	}
+	resp, err := probeClient.Get(scheme + "://127.0.0.1:" + strconv.Itoa(port) + pr.HTTPGet.Path)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+		return fmt.Errorf("GET %s: %s", pr.HTTPGet.Path, resp.Status)
+	}
+	return nil
+}
+
+// report writes the Deployment's status as the deployment controller
+// would from one pod: replicas and available counts, and the Available
+// and Progressing conditions. It writes only when something changed.
+func (r *Runner) report(ctx context.Context, d *appsv1.Deployment, ready bool, why string) {
+	var n int32 = 1
+	st := appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n}
+	avail := appsv1.DeploymentCondition{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionFalse,
+		Reason: "MinimumReplicasUnavailable", Message: "Deployment does not have minimum availability. (labctl test bed runner: " + why + ")"}
+	if ready {
+		st.ReadyReplicas, st.AvailableReplicas = n, n
+		avail = appsv1.DeploymentCondition{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue,
+			Reason: "MinimumReplicasAvailable", Message: "Deployment has minimum availability."}
+	} else {
+		st.UnavailableReplicas = n
+	}
+	prog := appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue,
+		Reason: "NewReplicaSetAvailable", Message: "run by the labctl test bed runner"}
+	if !ready {
+		prog.Reason = "ReplicaSetUpdated"
+	}
+	old := d.Status
+	same := old.ObservedGeneration == st.ObservedGeneration && old.Replicas == st.Replicas &&
+		old.ReadyReplicas == st.ReadyReplicas && old.AvailableReplicas == st.AvailableReplicas &&
+		old.UpdatedReplicas == st.UpdatedReplicas && old.UnavailableReplicas == st.UnavailableReplicas &&
+		sameCond(old.Conditions, avail) && sameCond(old.Conditions, prog)
+	if same {
+		return
+	}
+	now := metav1.Now()
+	for _, c := range []*appsv1.DeploymentCondition{&avail, &prog} {
+		c.LastUpdateTime, c.LastTransitionTime = now, now
+		for _, o := range old.Conditions {
+			if o.Type == c.Type && o.Status == c.Status {
+				c.LastTransitionTime = o.LastTransitionTime
+			}
+		}
+	}
+	st.Conditions = []appsv1.DeploymentCondition{avail, prog}
+	d = d.DeepCopy()
+	d.Status = st
+	if _, err := r.cs.AppsV1().Deployments(d.Namespace).UpdateStatus(ctx, d, metav1.UpdateOptions{}); err != nil {
+		if ctx.Err() == nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			r.logf("reporting Deployment %s/%s status: %v", d.Namespace, d.Name, err)
+		}
+		r.Kick()
+		return
+	}
+	if ready {
+		r.logf("Deployment %s/%s is Available", d.Namespace, d.Name)
+	} else {
+		r.logf("Deployment %s/%s is not Available: %s", d.Namespace, d.Name, why)
+	}
+}
+
+func sameCond(conds []appsv1.DeploymentCondition, want appsv1.DeploymentCondition) bool {
+	for _, c := range conds {
+		if c.Type == want.Type {
+			return c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message
+		}
+	}
+	return false
+}
+
+// Tail is the last n lines of a log file.
+func Tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// String is for logs.
+func (p *Proc) String() string { return fmt.Sprintf("%s (%s)", p.Deployment, p.Image.Binary) }
