@@ -5,8 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/labctl/labctl/internal/app"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/configfile"
 )
 
 func (g *Globals) configRequest() config.Request {
@@ -27,19 +27,29 @@ holds each one.`,
 	}
 
 	var initOpts changeFlags
-	var force bool
+	var force, local bool
+	var proxmoxURL string
 	initCmd := &cobra.Command{
 		Use:   "init",
 		Short: "Write a commented starter lab.yaml",
-		Long: `Write a commented starter lab.yaml to the --config path (./lab.yaml by
-default, - for stdout). An existing file is left alone unless --force.`,
-		Example: "  labctl config init\n  labctl config init -c ~/lab/lab.yaml\n  labctl config init -c - | less",
+		Long: `Write a commented starter lab.yaml (mode 0600) to the --config path
+(./lab.yaml by default, - for stdout). An existing file is left alone unless
+--force.
+
+By default it is a Proxmox VE lab whose site values (API URL, node, network,
+addresses) are placeholders marked "# CHANGE ME"; --proxmox fills in the API
+URL. --local writes the one-machine libvirt lab instead (the built-in
+local-kvm one). Whatever is written passes 'labctl config validate' as it is.`,
+		Example: "  labctl config init --local\n  labctl config init --proxmox https://pve1.lan:8006\n  labctl config init -c ~/lab/lab.yaml\n  labctl config init -c - | less",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return app.ConfigInit(app.ConfigInitOptions{IO: g.IO, Path: g.Config, Force: force, DryRun: initOpts.DryRun})
+			return configfile.Init(configfile.InitOptions{IO: g.IO, Path: g.Config, Force: force, DryRun: initOpts.DryRun, Local: local, Proxmox: proxmoxURL})
 		},
 	}
 	initCmd.Flags().BoolVar(&force, "force", false, "overwrite an existing file")
+	initCmd.Flags().BoolVar(&local, "local", false, "write the one-machine libvirt lab (qemu:///system, NAT network) instead of a Proxmox one")
+	initCmd.Flags().StringVar(&proxmoxURL, "proxmox", "", "the Proxmox VE API URL to write, e.g. https://pve1.lan:8006")
+	initCmd.MarkFlagsMutuallyExclusive("local", "proxmox")
 	addChangeFlags(initCmd, &initOpts)
 
 	validateCmd := &cobra.Command{
@@ -51,8 +61,8 @@ Exits 0 when valid, 1 when not.`,
 		Example: "  labctl config validate -c examples/lab.yaml\n  labctl config view | labctl config validate -c -",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			err := app.ConfigValidate(cmd.Context(), app.ConfigValidateOptions{IO: g.IO, Request: g.configRequest()})
-			if errors.Is(err, app.ErrInvalid) {
+			err := configfile.Validate(cmd.Context(), configfile.ValidateOptions{IO: g.IO, Request: g.configRequest()})
+			if errors.Is(err, configfile.ErrInvalid) {
 				return codeError{exitError}
 			}
 			return err
@@ -65,7 +75,9 @@ Exits 0 when valid, 1 when not.`,
 		Short: "Print lab.yaml with every default filled in",
 		Long: `Print the fully defaulted lab config. Secrets appear only as the env/file
 references lab.yaml holds. The output is itself a valid lab.yaml, so it can
-be saved or piped back in; which source was read goes to stderr.`,
+be saved or piped back in; which source was read goes to stderr.
+'labctl config view > lab.yaml' works: the file stdout goes to is never read
+as the config, so the emptied ./lab.yaml gives way to the built-in lab.`,
 		Example: "  labctl config view -c examples/lab.yaml\n  labctl config view -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -75,7 +87,7 @@ be saved or piped back in; which source was read goes to stderr.`,
 			if err := checkOutput(viewOut); err != nil {
 				return err
 			}
-			return app.ConfigView(cmd.Context(), app.ConfigViewOptions{IO: g.IO, Request: g.configRequest(), Output: viewOut})
+			return configfile.View(cmd.Context(), configfile.ViewOptions{IO: g.IO, Request: g.configRequest(), Output: viewOut})
 		},
 	}
 	viewCmd.Flags().StringVarP(&viewOut, "output", "o", "yaml", "output format: yaml or json")

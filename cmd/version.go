@@ -3,7 +3,7 @@ package cmd
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/labctl/labctl/internal/app"
+	"github.com/labctl/labctl/internal/versioninfo"
 )
 
 func newVersionCmd(g *Globals) *cobra.Command {
@@ -21,7 +21,7 @@ Kubernetes and the Ubuntu cloud image. labctl never installs "latest".`,
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			return app.Version(app.VersionOptions{IO: g.IO, Output: out})
+			return versioninfo.Version(versioninfo.VersionOptions{IO: g.IO, Output: out})
 		},
 	}
 	addOutputFlag(c, &out)
