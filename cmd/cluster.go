@@ -25,15 +25,16 @@ func (g *Globals) clusterOptions(ctx context.Context, name string, needCluster b
 			return cluster.Options{}, err
 		}
 	}
-	path := g.Kubeconfig
-	if path == "" {
-		if path, err = kube.MgmtKubeconfigPath(lab.Metadata.Name); err != nil {
-			return cluster.Options{}, err
-		}
-	}
-	mgmt, err := kube.Connect(path)
+	km, err := kube.MgmtKubeconfig(g.Kubeconfig, lab.Metadata.Name)
 	if err != nil {
-		return cluster.Options{}, fmt.Errorf("%w; run labctl mgmt up first, or pass --kubeconfig", err)
+		return cluster.Options{}, err
+	}
+	if km.Note != "" {
+		fmt.Fprintln(g.IO.Err, km.Note)
+	}
+	mgmt, err := km.Connect()
+	if err != nil {
+		return cluster.Options{}, err
 	}
 	return cluster.Options{IO: g.IO, Lab: lab, Name: name, Mgmt: mgmt, DryRun: f.DryRun, Verbose: g.Verbose}, nil
 }
@@ -180,35 +181,29 @@ tree. It reads only; no secret is printed.`,
 		},
 	}
 	addOutputFlag(describeCmd, &describeOut)
-	var file string
+	var export kube.ExportOptions
 	kubeconfigCmd := &cobra.Command{
 		Use:   "kubeconfig NAME",
-		Short: "Print a workload cluster's kubeconfig, or write it to a file",
+		Short: "Print a workload cluster's kubeconfig, write it to a file, or merge it",
 		Long: `Print the cluster's admin kubeconfig (from the <cluster>-kubeconfig secret
-Cluster API keeps) on stdout, or write it with mode 0600 to --file.`,
-		Example: "  labctl cluster kubeconfig lab1 > lab1.kubeconfig\n  labctl cluster kubeconfig lab1 --file ~/.kube/lab1",
+Cluster API keeps) on stdout, or write it with mode 0600 to the file --write
+names (never over an existing file without --force), or --merge it into
+~/.kube/config (or the file kubectl writes to under $KUBECONFIG) as context
+labctl-<lab>-<cluster>, made current; the other contexts stay.`,
+		Example: "  labctl cluster kubeconfig lab1 > lab1.kubeconfig\n  labctl cluster kubeconfig lab1 --write ~/.kube/lab1\n  labctl cluster kubeconfig lab1 --merge && kubectl get nodes",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o, err := g.clusterOptions(cmd.Context(), args[0], false, changeFlags{})
 			if err != nil {
 				return err
 			}
-			data, err := cluster.Kubeconfig(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			if file != "" {
-				if err := cluster.WriteKubeconfig(file, data); err != nil {
-					return err
-				}
-				fmt.Fprintf(g.IO.Err, "wrote %s (mode 0600)\n", file)
-				return nil
-			}
-			_, err = g.IO.Out.Write(data)
-			return err
+			return cluster.ExportKubeconfig(cmd.Context(), o, export)
 		},
 	}
-	kubeconfigCmd.Flags().StringVarP(&file, "file", "f", "", "write to this file (mode 0600) instead of stdout")
+	addKubeconfigExportFlags(kubeconfigCmd, &export)
+	// --file was this command's name for --write; it overwrote files.
+	kubeconfigCmd.Flags().StringVarP(&export.Write, "file", "f", "", "")
+	_ = kubeconfigCmd.Flags().MarkDeprecated("file", "use --write (it never overwrites without --force)")
 	c.AddCommand(createCmd, scaleCmd, deleteCmd, listCmd, describeCmd, kubeconfigCmd)
 	return c
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cluster"
+	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/mgmt"
 )
 
@@ -159,25 +160,27 @@ Exits 0 when every component is ready, 1 when one is not.`,
 		},
 	}
 	addOutputFlag(statusCmd, &statusOut)
-	var kcPath string
-	var kcForce bool
+	var export kube.ExportOptions
 	kubeconfigCmd := &cobra.Command{
 		Use:   "kubeconfig",
-		Short: "Print the management cluster's kubeconfig, or write it to a file",
+		Short: "Print the management cluster's kubeconfig, write it to a file, or merge it",
 		Long: `Print the kubeconfig mgmt up stored at
 $XDG_CONFIG_HOME/labctl/<lab>/mgmt.kubeconfig, or write it (mode 0600) to
-the file --write names.`,
+the file --write names (never over an existing file without --force), or
+--merge it into ~/.kube/config (or the file kubectl writes to under
+$KUBECONFIG) as context labctl-<lab>-mgmt, made current; the other contexts
+stay.`,
 		Example: `  labctl mgmt kubeconfig > ~/.kube/lab
-  labctl mgmt kubeconfig --write ~/.kube/lab`,
+  labctl mgmt kubeconfig --write ~/.kube/lab
+  labctl mgmt kubeconfig --merge && kubectl get nodes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return mgmt.Kubeconfig(cmd.Context(), mgmt.KubeconfigOptions{
-				IO: g.IO, Request: g.configRequest(), Path: kcPath, Force: kcForce,
+				IO: g.IO, Request: g.configRequest(), Path: export.Write, Force: export.Force, Merge: export.Merge,
 			})
 		},
 	}
-	kubeconfigCmd.Flags().StringVar(&kcPath, "write", "", "write the kubeconfig to this file (mode 0600) instead of printing it")
-	kubeconfigCmd.Flags().BoolVar(&kcForce, "force", false, "overwrite the file --write names")
+	addKubeconfigExportFlags(kubeconfigCmd, &export)
 	downCmd := &cobra.Command{
 		Use:   "down",
 		Short: "Delete the management VM (only VMs labctl tagged for this lab)",

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/labctl/labctl/internal/userhome"
 )
 
 // ReadSecret returns the secret a SecretRef names, trimmed of surrounding
@@ -45,14 +47,15 @@ func ReadSecret(ref SecretRef, what string) (string, error) {
 	return "", fmt.Errorf("reading %s: no env or file is named for it", what)
 }
 
-// ExpandHome replaces a leading ~/ with the user's home folder.
+// ExpandHome replaces a leading ~/ with the home folder of the user
+// labctl works for: under sudo, the invoking user's (see userhome).
 func ExpandHome(path string) (string, error) {
 	if path != "~" && !strings.HasPrefix(path, "~/") {
 		return path, nil
 	}
-	home, err := os.UserHomeDir()
+	home, err := userhome.Dir()
 	if err != nil {
-		return "", fmt.Errorf("cannot expand %s: the home folder is unknown (HOME is not set)", path)
+		return "", fmt.Errorf("cannot expand %s: %w", path, err)
 	}
 	return filepath.Join(home, strings.TrimPrefix(path, "~")), nil
 }

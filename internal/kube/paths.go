@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/labctl/labctl/internal/userhome"
 )
 
 // MgmtKubeconfigFile is the name of the stored management-cluster
@@ -20,9 +22,11 @@ func StateDir(lab string) (string, error) {
 	}
 	base := os.Getenv("XDG_CONFIG_HOME")
 	if !filepath.IsAbs(base) { // the XDG spec says to ignore relative values
-		home, err := os.UserHomeDir()
+		// Under sudo, the invoking user's home: their next command,
+		// without sudo, looks there.
+		home, err := userhome.Dir()
 		if err != nil {
-			return "", errors.New("locating the lab's state folder: neither XDG_CONFIG_HOME nor HOME is set")
+			return "", fmt.Errorf("locating the lab's state folder: XDG_CONFIG_HOME is not set, and %w", err)
 		}
 		base = filepath.Join(home, ".config")
 	}
@@ -40,9 +44,10 @@ func MgmtKubeconfigPath(lab string) (string, error) {
 }
 
 // WritePrivate writes a secret file with mode 0600 (and its folder 0700),
-// through a temporary file so a reader never sees half of it.
+// through a temporary file so a reader never sees half of it. Under sudo,
+// what it makes inside the invoking user's home is theirs (userhome).
 func WritePrivate(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := userhome.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".kubeconfig-*")
@@ -59,6 +64,11 @@ func WritePrivate(path string, data []byte) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	// The temporary file sits beside path, so it is in the invoking
+	// user's home exactly when path is.
+	if err := userhome.Own(tmp.Name()); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {

@@ -137,18 +137,17 @@ func workloadClusters(ctx context.Context, o DownOptions, lab *config.Lab) ([]ku
 		fmt.Fprintln(o.IO.Err, "not asking the management cluster for workload clusters (--skip-cluster-check): the VMs of any are left behind")
 		return nil, nil, nil
 	}
-	path := o.Kubeconfig
-	if path == "" {
-		p, err := kube.MgmtKubeconfigPath(lab.Metadata.Name)
-		if err != nil {
-			return nil, nil, err
-		}
-		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, nil
-		}
-		path = p
+	km, err := kube.MgmtKubeconfig(o.Kubeconfig, lab.Metadata.Name)
+	if err != nil {
+		return nil, nil, err
 	}
-	mc, err := kube.Connect(path)
+	if km.Note != "" {
+		fmt.Fprintln(o.IO.Err, km.Note)
+	}
+	mc, err := km.Connect()
+	if errors.Is(err, kube.ErrNoMgmt) {
+		return nil, nil, nil
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -190,6 +189,8 @@ type KubeconfigOptions struct {
 	// Path, when set, is where to write it (mode 0600); else it is printed.
 	Path  string
 	Force bool
+	// Merge adds it to the user's kubeconfig as context labctl-<lab>-mgmt.
+	Merge bool
 }
 
 // Kubeconfig prints the stored management kubeconfig or writes it to a file.
@@ -209,16 +210,6 @@ func Kubeconfig(ctx context.Context, o KubeconfigOptions) error {
 	if err != nil {
 		return fmt.Errorf("reading the stored kubeconfig: %w", err)
 	}
-	if o.Path == "" {
-		_, err := o.IO.Out.Write(data)
-		return err
-	}
-	if _, err := os.Stat(o.Path); err == nil && !o.Force {
-		return fmt.Errorf("%s exists: pass --force to overwrite it", o.Path)
-	}
-	if err := kube.WritePrivate(o.Path, data); err != nil {
-		return err
-	}
-	fmt.Fprintf(o.IO.Err, "wrote %s (mode 0600)\n", o.Path)
-	return nil
+	return kube.Export(o.IO.Out, o.IO.Err, data, kube.ExportOptions{
+		Write: o.Path, Force: o.Force, Merge: o.Merge, Name: "labctl-" + lab.Metadata.Name + "-mgmt"})
 }

@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -175,19 +173,14 @@ func loadLab(ctx context.Context, lab *config.Lab, req config.Request) (*config.
 // kubeconfig named, else for the lab's stored management kubeconfig.
 func connect(io *ui.IO, lab *config.Lab, c *kube.Client, kubeconfig string, verbose int) (*kube.Client, error) {
 	if c == nil {
-		path := kubeconfig
-		if path == "" {
-			p, err := kube.MgmtKubeconfigPath(lab.Metadata.Name)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("no management cluster for lab %q yet (no kubeconfig at %s): run 'labctl mgmt up', or name a cluster with --kubeconfig", lab.Metadata.Name, p)
-			}
-			path = p
+		km, err := kube.MgmtKubeconfig(kubeconfig, lab.Metadata.Name)
+		if err != nil {
+			return nil, err
 		}
-		var err error
-		if c, err = kube.Connect(path); err != nil {
+		if km.Note != "" {
+			fmt.Fprintln(io.Err, km.Note)
+		}
+		if c, err = km.Connect(); err != nil {
 			return nil, err
 		}
 	}

@@ -190,13 +190,9 @@ func MgmtHostKeyPath(lab string) (string, error) {
 func sshKeys(m config.Management) ([]string, error) {
 	keys := append([]string(nil), m.SSHPublicKeys...)
 	if m.SSHPublicKeyFile != "" {
-		p := m.SSHPublicKeyFile
-		if rest, ok := strings.CutPrefix(p, "~/"); ok {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return nil, fmt.Errorf("management.sshPublicKeyFile %s: %w", p, err)
-			}
-			p = filepath.Join(home, rest)
+		p, err := config.ExpandHome(m.SSHPublicKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("management.sshPublicKeyFile %s: %w", m.SSHPublicKeyFile, err)
 		}
 		data, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
