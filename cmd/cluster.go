@@ -33,7 +33,12 @@ func (g *Globals) clusterOptions(ctx context.Context, name string, needCluster b
 		fmt.Fprintln(g.IO.Err, km.Note)
 	}
 	mgmt, err := km.Connect()
-	if err != nil {
+	switch {
+	case err != nil && f.DryRun && needCluster:
+		return cluster.Options{}, fmt.Errorf("the dry run compares with the management cluster, so it needs one: %w; 'labctl cluster create %s --dry-run -o yaml' prints the objects without one", err, name)
+	case err != nil && f.DryRun:
+		return cluster.Options{}, fmt.Errorf("the dry run reads the cluster from the management cluster, so it needs one: %w", err)
+	case err != nil:
 		return cluster.Options{}, err
 	}
 	return cluster.Options{IO: g.IO, Lab: lab, Name: name, Mgmt: mgmt, DryRun: f.DryRun, Verbose: g.Verbose}, nil

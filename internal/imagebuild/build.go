@@ -17,6 +17,7 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/redact"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
@@ -91,6 +92,16 @@ func Build(ctx context.Context, o BuildOptions) error {
 	return nil
 }
 
+// dryRunReach explains an error reaching hypervisor h in a dry run: it
+// asks h for the template and the storage's disk format, so there is no
+// plan without h, and so without its token.
+func dryRunReach(dry bool, h *config.Hypervisor, err error) error {
+	if !dry {
+		return err
+	}
+	return fmt.Errorf("the dry run asks Proxmox VE hypervisor %s (%s) whether the template is up to date and which disk format its storage takes, so it must reach it: %w", h.Name, redact.URL(h.Proxmox.URL), err)
+}
+
 // plan is one image's build, worked out before anything runs.
 type plan struct {
 	dir, target, varFile, logPath string
@@ -118,7 +129,7 @@ func prepare(o BuildOptions, lab *config.Lab, img config.Image, pins versions.Pi
 	}
 	secret, err := proxmox.Secret(h.Name, h.Proxmox.TokenSecret, proxmox.Options{})
 	if err != nil {
-		return nil, err
+		return nil, dryRunReach(o.DryRun, h, err)
 	}
 	state, err := kube.StateDir(lab.Metadata.Name)
 	if err != nil {
@@ -180,6 +191,9 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 	}
 	drv, err := o.Open(ctx, lab, img.Hypervisor)
 	if err != nil {
+		if h, _, terr := target(lab, img); terr == nil {
+			return dryRunReach(o.DryRun, h, err)
+		}
 		return err
 	}
 	defer func() { _ = drivers.Close(drv) }()

@@ -59,7 +59,7 @@ func Down(ctx context.Context, o DownOptions) error {
 	}
 	drv, err := open(ctx, lab, lab.Management.Hypervisor)
 	if err != nil {
-		return err
+		return dryRunReach(o.DryRun, lab, lab.Management.Hypervisor, err)
 	}
 	defer func() { _ = drivers.Close(drv) }()
 	name := lab.Metadata.Name
