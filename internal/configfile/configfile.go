@@ -16,6 +16,7 @@ import (
 	"github.com/labctl/labctl/embedded"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/userhome"
 )
 
 // Starter templates, by what the user runs labctl on.
@@ -113,7 +114,7 @@ func Init(o InitOptions) error {
 		return nil
 	}
 	if dir := filepath.Dir(o.Path); dir != "." {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := userhome.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("creating %s: %w", dir, err)
 		}
 	}
@@ -125,6 +126,10 @@ func Init(o InitOptions) error {
 	}
 	if err := os.Chmod(o.Path, 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", o.Path, err)
+	}
+	// 'sudo labctl config init' in the user's home leaves them their file.
+	if err := userhome.Own(o.Path); err != nil {
+		return err
 	}
 	next := "fill in the values marked CHANGE ME"
 	if o.Local {

@@ -20,6 +20,7 @@ import (
 	"github.com/labctl/labctl/internal/redact"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/userhome"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -371,7 +372,8 @@ func vmids(vms []hypervisor.VM) string {
 // build writes the var file and log (0600), runs image-builder and returns
 // the template's VMID as Packer printed it, or 0 when it printed none.
 func (p *plan) build(ctx context.Context) (int, error) {
-	if err := os.MkdirAll(filepath.Dir(p.varFile), 0o700); err != nil {
+	// Under sudo these go in the invoking user's state folder, as theirs.
+	if err := userhome.MkdirAll(filepath.Dir(p.varFile), 0o700); err != nil {
 		return 0, err
 	}
 	data, err := json.MarshalIndent(p.vars, "", "  ")
@@ -381,9 +383,16 @@ func (p *plan) build(ctx context.Context) (int, error) {
 	if err := os.WriteFile(p.varFile, p.sc.Bytes(append(data, '\n')), 0o600); err != nil {
 		return 0, fmt.Errorf("writing the Packer variable file: %w", err)
 	}
+	if err := userhome.Own(p.varFile); err != nil {
+		return 0, err
+	}
 	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return 0, fmt.Errorf("creating the build log: %w", err)
+	}
+	if err := userhome.Own(p.logPath); err != nil {
+		f.Close()
+		return 0, err
 	}
 	defer f.Close()
 	id, err := run(ctx, p.dir, p.target, p.childEnv, p.sc, f, p.logPath, func(msg string) {
