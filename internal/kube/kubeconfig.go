@@ -65,6 +65,21 @@ func MgmtKubeconfig(explicit, lab string) (Mgmt, error) {
 	return Mgmt{Path: stored, From: FromStored, lab: lab}, nil
 }
 
+// OwnMgmtKubeconfig is MgmtKubeconfig without $KUBECONFIG: for mgmt
+// down, whose cluster is the VM labctl made for lab, reached through the
+// kubeconfig labctl stored for it. $KUBECONFIG usually points at some
+// other cluster, whose Clusters down must never list or delete.
+func OwnMgmtKubeconfig(explicit, lab string) (Mgmt, error) {
+	if explicit != "" {
+		return Mgmt{Path: explicit, From: FromFlag, lab: lab}, nil
+	}
+	stored, err := MgmtKubeconfigPath(lab)
+	if err != nil {
+		return Mgmt{}, err
+	}
+	return Mgmt{Path: stored, From: FromStored, lab: lab}, nil
+}
+
 func sameList(list, path string) bool {
 	parts := filepath.SplitList(list)
 	return len(parts) == 1 && filepath.Clean(parts[0]) == filepath.Clean(path)

@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -92,6 +93,26 @@ func TestMgmtKubeconfigPrecedence(t *testing.T) {
 				t.Errorf("note = %q; want one naming the stored kubeconfig: %v", m.Note, tc.note)
 			}
 		})
+	}
+}
+
+// TestOwnMgmtKubeconfigIgnoresEnv: mgmt down asks only the lab's own
+// management cluster for Clusters, never the one $KUBECONFIG points at.
+func TestOwnMgmtKubeconfigIgnoresEnv(t *testing.T) {
+	cfg := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", cfg)
+	env := filepath.Join(t.TempDir(), "other.yaml")
+	writeKC(t, env, "https://127.0.0.1:7001")
+	t.Setenv("KUBECONFIG", env)
+	m, err := kube.OwnMgmtKubeconfig("", "home")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.From != kube.FromStored || m.Path != filepath.Join(cfg, "labctl", "home", "mgmt.kubeconfig") {
+		t.Errorf("OwnMgmtKubeconfig = %+v; want the stored path, not $KUBECONFIG", m)
+	}
+	if _, err := m.Connect(); !errors.Is(err, kube.ErrNoMgmt) {
+		t.Errorf("nothing stored: err = %v, want ErrNoMgmt", err)
 	}
 }
 

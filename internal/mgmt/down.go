@@ -137,12 +137,9 @@ func workloadClusters(ctx context.Context, o DownOptions, lab *config.Lab) ([]ku
 		fmt.Fprintln(o.IO.Err, "not asking the management cluster for workload clusters (--skip-cluster-check): the VMs of any are left behind")
 		return nil, nil, nil
 	}
-	km, err := kube.MgmtKubeconfig(o.Kubeconfig, lab.Metadata.Name)
+	km, err := kube.OwnMgmtKubeconfig(o.Kubeconfig, lab.Metadata.Name)
 	if err != nil {
 		return nil, nil, err
-	}
-	if km.Note != "" {
-		fmt.Fprintln(o.IO.Err, km.Note)
 	}
 	mc, err := km.Connect()
 	if errors.Is(err, kube.ErrNoMgmt) {
