@@ -25,10 +25,11 @@ cluster-autoscaler.`,
 
 // oneCluster is the RunE of a cluster verb that takes one NAME: it builds
 // the shared options through the factory (with inLab the name must be in
-// lab.yaml) and hands them to run.
-func oneCluster(f *cmdutil.Factory, inLab bool, run func(cmd *cobra.Command, o cluster.Options) error) func(*cobra.Command, []string) error {
+// lab.yaml; dryRun, when not nil, is the verb's --dry-run) and hands them
+// to run.
+func oneCluster(f *cmdutil.Factory, inLab bool, dryRun *bool, run func(cmd *cobra.Command, o cluster.Options) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
-		o, err := f.ClusterOptions(cmd.Context(), args[0], inLab)
+		o, err := f.ClusterOptions(cmd.Context(), args[0], inLab, dryRun != nil && *dryRun)
 		if err != nil {
 			return err
 		}

@@ -41,11 +41,10 @@ right, and never touches the worker count the autoscaler chose.
 				}
 				return cluster.PrintObjects(f.IO, lab, args[0], out)
 			}
-			o, err := f.ClusterOptions(cmd.Context(), args[0], true)
+			o, err := f.ClusterOptions(cmd.Context(), args[0], true, dryRun)
 			if err != nil {
 				return err
 			}
-			o.DryRun = dryRun
 			return cluster.Create(cmd.Context(), o)
 		},
 	}

@@ -18,8 +18,7 @@ unless --yes; without a terminal to ask on, --yes is needed.`,
 		Example:           "  labctl cluster delete lab1\n  labctl cluster delete lab1 --dry-run\n  labctl cluster delete lab1 --yes",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: labNames(f, clusterNames),
-		RunE: oneCluster(f, false, func(cmd *cobra.Command, o cluster.Options) error {
-			o.DryRun = dryRun
+		RunE: oneCluster(f, false, &dryRun, func(cmd *cobra.Command, o cluster.Options) error {
 			return cluster.Delete(cmd.Context(), cluster.DeleteOptions{Options: o, Yes: yes})
 		}),
 	}

@@ -28,7 +28,7 @@ tree. It reads only; no secret is printed.`,
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			o, err := f.ClusterOptions(cmd.Context(), args[0], false)
+			o, err := f.ClusterOptions(cmd.Context(), args[0], false, false)
 			if err != nil {
 				return err
 			}

@@ -1,40 +1,33 @@
 package cmd
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/kube"
 )
 
 func newClusterKubeconfigCmd(f *cmdutil.Factory) *cobra.Command {
-	var file string
+	var export kube.ExportOptions
 	c := &cobra.Command{
 		Use:   "kubeconfig NAME",
-		Short: "Print a workload cluster's kubeconfig, or write it to a file",
+		Short: "Print a workload cluster's kubeconfig, write it to a file, or merge it",
 		Long: `Print the cluster's admin kubeconfig (from the <cluster>-kubeconfig secret
-Cluster API keeps) on stdout, or write it with mode 0600 to --file.`,
-		Example:           "  labctl cluster kubeconfig lab1 > lab1.kubeconfig\n  labctl cluster kubeconfig lab1 --file ~/.kube/lab1",
+Cluster API keeps) on stdout, or write it with mode 0600 to the file --write
+names (never over an existing file without --force), or --merge it into
+~/.kube/config (or the file kubectl writes to under $KUBECONFIG) as context
+labctl-<lab>-<cluster>, made current; the other contexts stay.`,
+		Example:           "  labctl cluster kubeconfig lab1 > lab1.kubeconfig\n  labctl cluster kubeconfig lab1 --write ~/.kube/lab1\n  labctl cluster kubeconfig lab1 --merge && kubectl get nodes",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: labNames(f, clusterNames),
-		RunE: oneCluster(f, false, func(cmd *cobra.Command, o cluster.Options) error {
-			data, err := cluster.Kubeconfig(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			if file != "" {
-				if err := cluster.WriteKubeconfig(file, data); err != nil {
-					return err
-				}
-				fmt.Fprintf(f.IO.Err, "wrote %s (mode 0600)\n", file)
-				return nil
-			}
-			_, err = f.IO.Out.Write(data)
-			return err
+		RunE: oneCluster(f, false, nil, func(cmd *cobra.Command, o cluster.Options) error {
+			return cluster.ExportKubeconfig(cmd.Context(), o, export)
 		}),
 	}
-	c.Flags().StringVarP(&file, "file", "f", "", "write to this file (mode 0600) instead of stdout")
+	addKubeconfigExportFlags(c, &export)
+	// --file was this command's name for --write; it overwrote files.
+	c.Flags().StringVarP(&export.Write, "file", "f", "", "")
+	_ = c.Flags().MarkDeprecated("file", "use --write (it never overwrites without --force)")
 	return c
 }

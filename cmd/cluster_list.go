@@ -22,7 +22,7 @@ control plane and worker counts. It reads only.`,
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			o, err := f.ClusterOptions(cmd.Context(), "", false)
+			o, err := f.ClusterOptions(cmd.Context(), "", false, false)
 			if err != nil {
 				return err
 			}

@@ -19,8 +19,7 @@ next 'cluster create' sets the bounds written there again.`,
 		Example:           "  labctl cluster scale lab1 --min 0 --max 5\n  labctl cluster scale lab1 --max 8 --dry-run",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: labNames(f, clusterNames),
-		RunE: oneCluster(f, false, func(cmd *cobra.Command, o cluster.Options) error {
-			o.DryRun = dryRun
+		RunE: oneCluster(f, false, &dryRun, func(cmd *cobra.Command, o cluster.Options) error {
 			so := cluster.ScaleOptions{Options: o}
 			if cmd.Flags().Changed("min") {
 				so.Min = &minW

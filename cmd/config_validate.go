@@ -5,8 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/labctl/labctl/internal/app"
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/configfile"
 )
 
 func newConfigValidateCmd(f *cmdutil.Factory) *cobra.Command {
@@ -19,8 +19,8 @@ Exits 0 when valid, 1 when not.`,
 		Example: "  labctl config validate -c examples/lab.yaml\n  labctl config view | labctl config validate -c -",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			err := app.ConfigValidate(cmd.Context(), app.ConfigValidateOptions{IO: f.IO, LoadLab: f.Lab})
-			if errors.Is(err, app.ErrInvalid) {
+			err := configfile.Validate(cmd.Context(), configfile.ValidateOptions{IO: f.IO, LoadLab: f.Lab})
+			if errors.Is(err, configfile.ErrInvalid) {
 				return codeError{exitError}
 			}
 			return err

@@ -3,8 +3,8 @@ package cmd
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/labctl/labctl/internal/app"
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/configfile"
 )
 
 func newConfigViewCmd(f *cmdutil.Factory) *cobra.Command {
@@ -14,7 +14,9 @@ func newConfigViewCmd(f *cmdutil.Factory) *cobra.Command {
 		Short: "Print lab.yaml with every default filled in",
 		Long: `Print the fully defaulted lab config. Secrets appear only as the env/file
 references lab.yaml holds. The output is itself a valid lab.yaml, so it can
-be saved or piped back in; which source was read goes to stderr.`,
+be saved or piped back in; which source was read goes to stderr.
+'labctl config view > lab.yaml' works: the file stdout goes to is never read
+as the config, so the emptied ./lab.yaml gives way to the built-in lab.`,
 		Example: "  labctl config view -c examples/lab.yaml\n  labctl config view -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -25,7 +27,7 @@ be saved or piped back in; which source was read goes to stderr.`,
 			if err != nil {
 				return err
 			}
-			return app.ConfigView(cmd.Context(), app.ConfigViewOptions{IO: f.IO, Lab: lab, Source: src, Output: out})
+			return configfile.View(cmd.Context(), configfile.ViewOptions{IO: f.IO, Lab: lab, Source: src, Output: out})
 		},
 	}
 	c.Flags().StringVarP(&out, "output", "o", "yaml", "output format: yaml (also text) or json")

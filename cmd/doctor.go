@@ -35,7 +35,15 @@ func newDoctorCmd(f *cmdutil.Factory) *cobra.Command {
                         memoryAdjustment% − configured memory of every
                         non-template VM (stopped ones too); prints the largest
                         worker count that fits
-  management cluster    the kubeconfig from --kubeconfig, else the one stored at
+  libvirt support       the libvirt client built into labctl
+  libvirt <name>        the host's libvirtd answers at the lab's URI
+  libvirt <name> pool, network
+                        the storage pool and NAT network exist and are active
+                        (missing or stopped: a warning, mgmt up makes them)
+  libvirt <name> virtualisation
+                        VMs get KVM, or only TCG (a warning: much slower)
+  management cluster    the kubeconfig from --kubeconfig (or LABCTL_KUBECONFIG),
+                        else $KUBECONFIG, else the one stored at
                         $XDG_CONFIG_HOME/labctl/<lab>/mgmt.kubeconfig, reaches
                         the API server (and its version)
   cluster api           Cluster API's CRDs are installed and established
@@ -59,6 +67,6 @@ Each check is ok, warn or fail. labctl doctor exits 1 when any check fails.`,
 		},
 	}
 	addOutputFlag(c, &out)
-	c.Flags().BoolVar(&skipHV, "skip-hypervisors", false, "do not call the Proxmox API (config and local checks only)")
+	c.Flags().BoolVar(&skipHV, "skip-hypervisors", false, "do not call the Proxmox API or libvirt (config and local checks only)")
 	return c
 }

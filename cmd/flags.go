@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/ui"
 )
 
@@ -37,4 +38,13 @@ func addDryRunFlag(c *cobra.Command, dst *bool) {
 // there, so --yes never silently means nothing.
 func addYesFlag(c *cobra.Command, dst *bool) {
 	c.Flags().BoolVarP(dst, "yes", "y", false, "do not ask for confirmation (needed when stdin is not a terminal)")
+}
+
+// addKubeconfigExportFlags adds the flags of the commands that hand out a
+// kubeconfig: one name for each way, on both.
+func addKubeconfigExportFlags(c *cobra.Command, e *kube.ExportOptions) {
+	c.Flags().StringVar(&e.Write, "write", "", "write the kubeconfig to this file (mode 0600) instead of printing it")
+	c.Flags().BoolVar(&e.Force, "force", false, "overwrite the file --write names")
+	c.Flags().BoolVar(&e.Merge, "merge", false, "merge it into ~/.kube/config (mode 0600) as its own context, made current")
+	c.MarkFlagsMutuallyExclusive("write", "merge")
 }

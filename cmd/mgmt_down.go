@@ -34,7 +34,7 @@ exist, and lists them. --delete-clusters deletes them through Cluster API
 				return err
 			}
 			return mgmt.Down(cmd.Context(), mgmt.DownOptions{
-				IO: f.IO, Lab: lab, Driver: f.Driver, Mgmt: f.Mgmt, DryRun: dryRun, Yes: yes,
+				IO: f.IO, Lab: lab, Driver: f.Driver, Mgmt: f.OwnMgmt, DryRun: dryRun, Yes: yes,
 				DeleteClusters: deleteClusters, SkipClusterCheck: skipClusterCheck, Timeout: timeout,
 			})
 		},

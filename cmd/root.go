@@ -147,7 +147,7 @@ arguments), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).`,
 
 	pf := root.PersistentFlags()
 	pf.StringVarP(&g.Config, "config", "c", "./lab.yaml", "lab config file, or - to read stdin (env LABCTL_CONFIG)")
-	pf.StringVar(&g.Kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: the one labctl stored for this lab; env LABCTL_KUBECONFIG)")
+	pf.StringVar(&g.Kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (env LABCTL_KUBECONFIG; default: $KUBECONFIG, else the one labctl stored for this lab)")
 	pf.CountVarP(&g.Verbose, "verbose", "v", "print more detail; repeat for more")
 	pf.BoolVar(&noColor, "no-color", false, "plain output without colour or animation (also NO_COLOR)")
 	_ = v.BindPFlag("config", pf.Lookup("config"))

@@ -3,8 +3,8 @@ package cmd
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/labctl/labctl/internal/app"
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/versioninfo"
 )
 
 func newVersionCmd(f *cmdutil.Factory) *cobra.Command {
@@ -22,7 +22,7 @@ Kubernetes and the Ubuntu cloud image. labctl never installs "latest".`,
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			return app.Version(app.VersionOptions{IO: f.IO, Output: out})
+			return versioninfo.Version(versioninfo.VersionOptions{IO: f.IO, Output: out})
 		},
 	}
 	addOutputFlag(c, &out)

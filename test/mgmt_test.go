@@ -309,9 +309,9 @@ func TestMgmtInstallBadInput(t *testing.T) {
 		want string
 	}{
 		{"no management cluster yet", nil, []string{"mgmt", "install", "-c", "examples/lab.yaml"},
-			"no management cluster for lab \"home\" yet (no kubeconfig at "},
+			"no management cluster yet for lab \"home\" (no kubeconfig at "},
 		{"missing kubeconfig", nil, []string{"mgmt", "install", "-c", "examples/lab.yaml", "--kubeconfig", "/nonexistent/kc"},
-			"loading kubeconfig /nonexistent/kc: file does not exist"},
+			"kubeconfig /nonexistent/kc does not exist (named by --kubeconfig or LABCTL_KUBECONFIG): check the path"},
 		{"token secret not exported", []string{"PVE_TOKEN_SECRET="}, []string{"mgmt", "install", "-c", "examples/lab.yaml", "--kubeconfig", "/nonexistent/kc"},
 			"hypervisors[pve].proxmox.tokenSecret.env: PVE_TOKEN_SECRET is set but empty: export PVE_TOKEN_SECRET=<the secret of token "},
 		{"objects without dry run", nil, []string{"mgmt", "install", "-c", "examples/lab.yaml", "--kubeconfig", "/nonexistent/kc", "-o", "yaml"},

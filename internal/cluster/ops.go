@@ -15,7 +15,6 @@ import (
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
-	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
@@ -284,8 +283,21 @@ func Kubeconfig(ctx context.Context, o Options) ([]byte, error) {
 	return readKubeconfig(ctx, o.Mgmt, clusterapi.Namespace(o.Name), o.Name)
 }
 
-// WriteKubeconfig writes data to path with mode 0600.
-func WriteKubeconfig(path string, data []byte) error { return files.WritePrivate(path, data) }
+// ContextName is the kubeconfig context 'cluster kubeconfig --merge'
+// gives cluster name of lab: CAPI names every cluster's admin context
+// <name>-admin@<name>, which clashes between labs.
+func ContextName(lab, name string) string { return "labctl-" + lab + "-" + name }
+
+// ExportKubeconfig prints the cluster's admin kubeconfig, writes it to a
+// file or merges it into the user's kubeconfig, as e says.
+func ExportKubeconfig(ctx context.Context, o Options, e kube.ExportOptions) error {
+	data, err := Kubeconfig(ctx, o)
+	if err != nil {
+		return err
+	}
+	e.Name = ContextName(o.Lab.Metadata.Name, o.Name)
+	return kube.Export(o.IO.Out, o.IO.Err, data, e)
+}
 
 // PrintObjects prints the objects create would apply, as yaml or json,
 // without a management cluster.

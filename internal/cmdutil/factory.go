@@ -6,7 +6,6 @@ package cmdutil
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -19,7 +18,6 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/mgmt"
 	"github.com/labctl/labctl/internal/ui"
 )
 
@@ -52,10 +50,15 @@ type Factory struct {
 	// Connect makes a client for the cluster a kubeconfig file reaches:
 	// the one place labctl turns a kubeconfig into a client.
 	Connect func(kubeconfig string) (*kube.Client, error)
-	// Mgmt is the management cluster: --kubeconfig, else the kubeconfig
-	// mgmt up stored for the lab. Without either it returns an error that
-	// wraps mgmt.ErrNoManagement.
+	// Mgmt is the management cluster: --kubeconfig (or LABCTL_KUBECONFIG),
+	// else $KUBECONFIG, else the kubeconfig mgmt up stored for the lab
+	// (kube.MgmtKubeconfig). Without any it returns an error that wraps
+	// kube.ErrNoMgmt.
 	Mgmt func(ctx context.Context) (*kube.Client, error)
+	// OwnMgmt is the lab's own management cluster: --kubeconfig, else the
+	// kubeconfig mgmt up stored, never $KUBECONFIG (mgmt down, which must
+	// not list or delete the Clusters of whatever $KUBECONFIG points at).
+	OwnMgmt func(ctx context.Context) (*kube.Client, error)
 	// Workload is the REST config of a workload cluster, from the
 	// kubeconfig secret Cluster API keeps in the management cluster.
 	Workload func(ctx context.Context, cluster string) (*rest.Config, error)
@@ -66,7 +69,7 @@ type Factory struct {
 func New(io *ui.IO, s *Settings) *Factory {
 	f := &Factory{IO: io, Settings: s, Connect: kube.Connect}
 	f.Lab = onceLab(func(ctx context.Context) (*config.Lab, config.Source, error) {
-		return config.Load(ctx, config.Request{Path: s.Config, Explicit: s.ConfigExplicit, Stdin: io.In})
+		return config.Load(ctx, config.Request{Path: s.Config, Explicit: s.ConfigExplicit, Stdin: io.In, Output: outputFile(io)})
 	})
 	f.Driver = func(ctx context.Context, name string) (hypervisor.Driver, error) {
 		lab, _, err := f.Lab(ctx)
@@ -76,6 +79,7 @@ func New(io *ui.IO, s *Settings) *Factory {
 		return drivers.Open(ctx, lab, name)
 	}
 	f.Mgmt = onceClient(func(ctx context.Context) (*kube.Client, error) { return f.mgmt(ctx) })
+	f.OwnMgmt = onceClient(func(ctx context.Context) (*kube.Client, error) { return f.connectMgmt(ctx, kube.OwnMgmtKubeconfig) })
 	f.Workload = func(ctx context.Context, name string) (*rest.Config, error) {
 		mc, err := f.Mgmt(ctx)
 		if err != nil {
@@ -95,21 +99,32 @@ func New(io *ui.IO, s *Settings) *Factory {
 }
 
 func (f *Factory) mgmt(ctx context.Context) (*kube.Client, error) {
-	path := f.Settings.Kubeconfig
-	if path == "" {
-		lab, _, err := f.Lab(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if path, err = kube.MgmtKubeconfigPath(lab.Metadata.Name); err != nil {
-			return nil, err
-		}
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return nil, mgmt.NoManagementAt(lab.Metadata.Name, path)
-		}
-	}
-	c, err := f.Connect(path)
+	return f.connectMgmt(ctx, kube.MgmtKubeconfig)
+}
+
+// connectMgmt connects to the management cluster the way pick chooses its
+// kubeconfig (kube.MgmtKubeconfig, or kube.OwnMgmtKubeconfig for mgmt
+// down), saying so when $KUBECONFIG won over the stored one.
+func (f *Factory) connectMgmt(ctx context.Context, pick func(explicit, lab string) (kube.Mgmt, error)) (*kube.Client, error) {
+	lab, _, err := f.Lab(ctx)
 	if err != nil {
+		return nil, err
+	}
+	m, err := pick(f.Settings.Kubeconfig, lab.Metadata.Name)
+	if err != nil {
+		return nil, err
+	}
+	if m.Note != "" {
+		fmt.Fprintln(f.IO.Err, f.IO.Styles(f.IO.Err).Warn(m.Note))
+	}
+	if err := m.Check(); err != nil {
+		return nil, err
+	}
+	c, err := f.Connect(m.Path)
+	if err != nil {
+		if m.From != kube.FromStored {
+			return nil, fmt.Errorf("%w (from %s)", err, m.From)
+		}
 		return nil, err
 	}
 	if f.Settings.Verbose >= 3 {
@@ -163,8 +178,9 @@ func onceClient(make func(context.Context) (*kube.Client, error)) func(context.C
 // cluster's name and the management cluster. With inLab the name must be
 // one of lab.yaml's clusters, which is checked before any connection is
 // made (delete, scale and the read commands also reach clusters that have
-// since left lab.yaml).
-func (f *Factory) ClusterOptions(ctx context.Context, name string, inLab bool) (cluster.Options, error) {
+// since left lab.yaml). A dry run that cannot reach the management
+// cluster says why it needs one.
+func (f *Factory) ClusterOptions(ctx context.Context, name string, inLab, dryRun bool) (cluster.Options, error) {
 	lab, _, err := f.Lab(ctx)
 	if err != nil {
 		return cluster.Options{}, err
@@ -175,8 +191,28 @@ func (f *Factory) ClusterOptions(ctx context.Context, name string, inLab bool) (
 		}
 	}
 	mc, err := f.Mgmt(ctx)
-	if err != nil {
+	switch {
+	case err != nil && dryRun && inLab:
+		return cluster.Options{}, fmt.Errorf("the dry run compares with the management cluster, so it needs one: %w; 'labctl cluster create %s --dry-run -o yaml' prints the objects without one", err, name)
+	case err != nil && dryRun:
+		return cluster.Options{}, fmt.Errorf("the dry run reads the cluster from the management cluster, so it needs one: %w", err)
+	case err != nil:
 		return cluster.Options{}, err
 	}
-	return cluster.Options{IO: f.IO, Lab: lab, Name: name, Mgmt: mc, Verbose: f.Settings.Verbose}, nil
+	return cluster.Options{IO: f.IO, Lab: lab, Name: name, Mgmt: mc, DryRun: dryRun, Verbose: f.Settings.Verbose}, nil
+}
+
+// outputFile is the regular file stdout is redirected into, if it is one:
+// 'labctl config view > lab.yaml' has the shell empty ./lab.yaml before
+// labctl starts, so the loader must not read that file as the config.
+func outputFile(io *ui.IO) fs.FileInfo {
+	f, ok := io.Out.(*os.File)
+	if !ok {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	return fi
 }

@@ -36,38 +36,55 @@ var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
 // decode reads one lab document strictly: unknown fields, wrong types and
 // inline secrets are errors that name their field and line.
-func decode(file string, data []byte) (*Lab, lines, error) {
+//
+// Problems of shape (unknown fields, wrong types, pasted secrets) come back
+// as shape, with the lab decoded without the fields they name, so that
+// validation can report its own problems beside them.
+func decode(file string, data []byte) (*Lab, lines, ErrorList, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, nil, ErrorList{{File: file, Msg: "the config is empty; run 'labctl config init' to write a starter lab.yaml"}}
+		msg := "the config is empty; run 'labctl config init' to write a starter lab.yaml"
+		if file != "stdin" && file != "" {
+			// Usually the shell made it: 'labctl ... > lab.yaml' empties the
+			// file before labctl runs, and then every command trips on it.
+			msg = fmt.Sprintf("the config is empty (%d bytes, no YAML); run 'labctl config init --force -c %s' to write a starter lab.yaml, or delete the empty file to use the built-in lab", len(data), file)
+		}
+		return nil, nil, nil, ErrorList{{File: file, Msg: msg}}
 	}
 	// One decoder reads the lab and then looks for a second document, so
 	// the file is parsed once.
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, parseError(file, data, err)
+		return nil, nil, nil, parseError(file, data, err)
 	}
 	if len(doc.Content) == 0 {
-		return nil, nil, ErrorList{{File: file, Msg: "the config has no YAML document; run 'labctl config init' to write a starter lab.yaml"}}
+		return nil, nil, nil, ErrorList{{File: file, Msg: "the config has no YAML document; run 'labctl config init' to write a starter lab.yaml"}}
 	}
 	if err := oneDocument(file, data, dec); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	root := doc.Content[0]
 	// Aliases let a short file name a huge tree; a budget of visits keeps
 	// the walk linear in the size of the file.
 	w := walker{file: file, lines: lines{"": root.Line}, budget: 8*len(data) + 10000}
 	w.walk(root, reflect.TypeOf(Lab{}), "")
-	if len(w.errs) > 0 {
-		w.errs.sortByLine()
-		return nil, nil, w.errs.capped()
+	if w.budget < 0 {
+		return nil, nil, nil, w.errs.capped()
 	}
 	var lab Lab
 	if err := root.Decode(&lab); err != nil {
-		// The walk checks shapes and types first, so this is a backstop.
-		return nil, nil, syntaxError(file, err)
+		// The walk checks shapes and types first, and takes out what it
+		// reports, so this is a backstop.
+		if len(w.errs) > 0 {
+			w.errs.sortByLine()
+			return nil, nil, nil, w.errs.capped()
+		}
+		return nil, nil, nil, syntaxError(file, err)
 	}
-	return &lab, w.lines, nil
+	// What the walk reported was taken out of the tree, so the rest is
+	// decoded and validated too: config validate reports every problem at
+	// once, not the unknown fields first and the others on the next run.
+	return &lab, w.lines, w.errs, nil
 }
 
 // oneDocument rejects a second YAML document after the lab, which dec
@@ -238,6 +255,14 @@ func (w *walker) fail(n *yaml.Node, path, format string, args ...any) {
 	w.errs = w.errs.collect(&Error{File: w.file, Line: n.Line, Field: path, Msg: fmt.Sprintf(format, args...)})
 }
 
+// bad reports a problem with the value n and takes the value out of the
+// tree, so the lab decodes as if it were left out (its default applies)
+// and validation can still look at everything else.
+func (w *walker) bad(n *yaml.Node, path, format string, args ...any) {
+	w.fail(n, path, format, args...)
+	*n = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: n.Line, Column: n.Column}
+}
+
 var secretRefType = reflect.TypeOf(SecretRef{})
 
 // noZero are numbers that take a default when left out, but where a written
@@ -273,17 +298,20 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		t = t.Elem()
 	}
 	if t == secretRefType && n.Kind == yaml.ScalarNode {
-		w.fail(n, path, "inline secrets are not allowed; keep the secret in an environment variable or a file and write %s: {env: NAME} or %s: {file: PATH}", lastName(path), lastName(path))
+		w.bad(n, path, "inline secrets are not allowed; keep the secret in an environment variable or a file and write %s: {env: NAME} or %s: {file: PATH}", lastName(path), lastName(path))
 		return
 	}
 	switch t.Kind() {
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode {
-			w.fail(n, path, "must be a mapping of fields, got %s", describe(n))
+			w.bad(n, path, "must be a mapping of fields, got %s", describe(n))
 			return
 		}
 		fields := yamlFields(t)
 		seen := map[string]int{}
+		// Pairs with a bad key are left out of the tree (see bad).
+		kept := make([]*yaml.Node, 0, len(n.Content))
+		defer func() { n.Content = kept }()
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode {
@@ -303,19 +331,26 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			f, ok := fields[k.Value]
 			if !ok {
 				msg := "unknown field"
-				if s := suggest(k.Value, fields); s != "" {
+				s := suggest(k.Value, fields)
+				if s != "" {
 					msg += fmt.Sprintf(", did you mean %q?", s)
 				} else {
 					msg += fmt.Sprintf("; %s takes: %s", nameOr(path, "the lab"), strings.Join(sortedKeys(fields), ", "))
 				}
 				w.fail(k, child, "%s", msg)
+				if s != "" {
+					// The misspelt field is most likely the one it was meant
+					// to be: validation finding that one missing says nothing new.
+					w.errs[len(w.errs)-1].covers = join(path, s)
+				}
 				continue
 			}
+			kept = append(kept, k, v)
 			w.walk(v, f, child)
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			w.fail(n, path, "must be a list, got %s", describe(n))
+			w.bad(n, path, "must be a list, got %s", describe(n))
 			return
 		}
 		if len(n.Content) > maxListEntries {
@@ -323,7 +358,7 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			if noun == "" {
 				noun = "entries"
 			}
-			w.fail(n, path, "lists %d %s; lab.yaml takes at most %d here, so check the file is the lab you meant", len(n.Content), noun, maxListEntries)
+			w.bad(n, path, "lists %d %s; lab.yaml takes at most %d here, so check the file is the lab you meant", len(n.Content), noun, maxListEntries)
 			return
 		}
 		for i, item := range n.Content {
@@ -342,31 +377,31 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 	case reflect.String:
 		switch {
 		case n.Kind != yaml.ScalarNode:
-			w.fail(n, path, "must be a string, got %s", describe(n))
+			w.bad(n, path, "must be a string, got %s", describe(n))
 		case looksSecret(n.Value) && !secretsChecked[index.ReplaceAllString(path, "[]")] && !urlPaths[index.ReplaceAllString(path, "[]")]:
-			w.fail(n, path, "looks like a secret (not shown); lab.yaml holds no secrets: keep it in an environment variable or a file and name that in a reference such as tokenSecret: {env: NAME}")
+			w.bad(n, path, "looks like a secret (not shown); lab.yaml holds no secrets: keep it in an environment variable or a file and name that in a reference such as tokenSecret: {env: NAME}")
 		}
 	case reflect.Int:
 		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!str") {
-			w.fail(n, path, "must be a whole number, got %s", describe(n))
+			w.bad(n, path, "must be a whole number, got %s", describe(n))
 			return
 		}
 		i, err := strconv.Atoi(n.Value)
 		msg, noZeroHere := noZero[index.ReplaceAllString(path, "[]")]
 		switch {
 		case err != nil:
-			w.fail(n, path, "must be a whole number, got %s", shown(n.Value))
+			w.bad(n, path, "must be a whole number, got %s", shown(n.Value))
 		case n.Tag == "!!str":
-			w.fail(n, path, "must be a whole number, got the string %s; write it without quotes", shown(n.Value))
+			w.bad(n, path, "must be a whole number, got the string %s; write it without quotes", shown(n.Value))
 		case i == 0 && noZeroHere:
-			w.fail(n, path, "%s", msg)
+			w.bad(n, path, "%s", msg)
 		}
 	case reflect.Bool:
 		switch {
 		case n.Kind == yaml.ScalarNode && n.Tag == "!!str" && (n.Value == "true" || n.Value == "false"):
-			w.fail(n, path, "must be true or false, got the string %q; write it without quotes", n.Value)
+			w.bad(n, path, "must be true or false, got the string %q; write it without quotes", n.Value)
 		case n.Kind != yaml.ScalarNode || n.Tag != "!!bool":
-			w.fail(n, path, "must be true or false, got %s", describe(n))
+			w.bad(n, path, "must be true or false, got %s", describe(n))
 		}
 	}
 }

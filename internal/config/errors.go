@@ -14,6 +14,9 @@ type Error struct {
 	Msg   string // what is wrong and the fix
 
 	more int // problems this entry stands for besides itself (see collect)
+	// covers is a field this problem explains besides Field: an unknown
+	// field names the one it was likely meant to be.
+	covers string
 }
 
 func (e *Error) Error() string {

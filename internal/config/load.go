@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -39,6 +40,10 @@ type Request struct {
 	// built-in example.
 	Explicit bool
 	Stdin    io.Reader
+	// Output, when set, is the file the command's output goes to. It is
+	// never read as the config: 'labctl config view > lab.yaml' has the
+	// shell empty ./lab.yaml before labctl starts.
+	Output fs.FileInfo
 }
 
 // MaxSize bounds a lab config. The owner's lab is 3 KiB; 4 MiB leaves room
@@ -110,6 +115,15 @@ func read(req Request) ([]byte, Source, error) {
 		return nil, src, fmt.Errorf("reading lab config: %w", err)
 	}
 	defer f.Close()
+	if req.Output != nil {
+		if fi, err := f.Stat(); err == nil && os.SameFile(fi, req.Output) {
+			if !req.Explicit {
+				data, err := embedded.FS.ReadFile(builtinExample)
+				return data, Source{Name: "built-in local-kvm example (" + src.Name + " is the file being written)", BuiltIn: true}, err
+			}
+			return nil, src, fmt.Errorf("lab config %s is the file the output is redirected into, which the shell emptied before labctl started; write to another file and move it over %s", src, src)
+		}
+	}
 	data, err := readBounded(f, src.Name)
 	if err != nil {
 		return nil, src, fmt.Errorf("reading lab config: %w", err)
@@ -132,7 +146,7 @@ func readBounded(r io.Reader, name string) ([]byte, error) {
 // Parse decodes, defaults and validates one lab document. file names it in
 // errors.
 func Parse(file string, data []byte) (*Lab, error) {
-	lab, lines, err := decode(file, data)
+	lab, lines, shape, err := decode(file, data)
 	if err != nil {
 		return nil, err
 	}
@@ -141,17 +155,45 @@ func Parse(file string, data []byte) (*Lab, error) {
 		return nil, err
 	}
 	SetDefaults(lab, pins)
-	if errs := Validate(lab); len(errs) > 0 {
-		for _, e := range errs {
-			e.File = file
-			if e.more == 0 {
-				e.Line = lines.lookup(e.Field)
-			}
+	// The file's shape problems come first, then what validation finds,
+	// each in line order: validation places fields that are absent on the
+	// document's first line, which would put them before the typo that
+	// made them absent.
+	shape.sortByLine()
+	var valid ErrorList
+	for _, e := range Validate(lab) {
+		if reported(shape, e.Field) {
+			continue // the field was taken out for a problem already named
 		}
-		errs.sortByLine()
+		e.File = file
+		if e.more == 0 {
+			e.Line = lines.lookup(e.Field)
+		}
+		valid = append(valid, e)
+	}
+	valid.sortByLine()
+	errs := shape
+	for _, e := range valid {
+		errs = errs.collect(e)
+	}
+	if len(errs) > 0 {
 		return nil, errs.capped()
 	}
 	return lab, nil
+}
+
+// reported is true when field, or a field it sits in, has a problem in
+// shape: validation then sees it left out and would only repeat it.
+func reported(shape ErrorList, field string) bool {
+	under := func(parent string) bool {
+		return parent != "" && (field == parent || strings.HasPrefix(field, parent+".") || strings.HasPrefix(field, parent+"["))
+	}
+	for _, e := range shape {
+		if under(e.Field) || under(e.covers) {
+			return true
+		}
+	}
+	return false
 }
 
 // Marshal writes a lab as YAML that Parse reads back to the same lab.

@@ -1,6 +1,7 @@
 // Package doctor checks that labctl can do its job here: the lab config
-// loads, the secrets and keys it names are in place, and the management
-// cluster answers with Cluster API installed. It only reads; it changes
+// loads, the secrets and keys it names are in place, the hypervisors
+// answer (Proxmox VE's API; libvirt's connection, pool, network and KVM),
+// and the management cluster answers with Cluster API installed. It only reads; it changes
 // nothing.
 package doctor
 
@@ -103,8 +104,8 @@ type Options struct {
 	// Timeout bounds each talk with the management cluster or a
 	// hypervisor's API (default 15 s).
 	Timeout time.Duration
-	// SkipHypervisors leaves out the checks that call the Proxmox API
-	// (--skip-hypervisors: for a machine that cannot reach it).
+	// SkipHypervisors leaves out the checks that call the Proxmox API or
+	// libvirt (--skip-hypervisors: for a machine that cannot reach them).
 	SkipHypervisors bool
 }
 
@@ -163,6 +164,7 @@ func Diagnose(ctx context.Context, o Options) *Report {
 		r.add("ssh public key", st, detail)
 		if !o.SkipHypervisors {
 			r.checkProxmox(ctx, o, lab)
+			r.checkLibvirt(ctx, o, lab)
 		}
 	}
 	r.checkManagement(ctx, o, lab)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -19,27 +18,28 @@ const defaultTimeout = 15 * time.Second
 // there is one, asks the cluster what it runs.
 func (r *Report) checkManagement(ctx context.Context, o Options, lab *config.Lab) {
 	const name = "management cluster"
-	path, stored := o.Kubeconfig, false
-	if path == "" {
-		if lab == nil {
-			r.add(name, Warn, "cannot find the stored kubeconfig without a valid lab config; fix the config or pass --kubeconfig")
-			return
-		}
-		p, err := kube.MgmtKubeconfigPath(lab.Metadata.Name)
-		if err != nil {
-			r.add(name, Fail, err.Error())
-			return
-		}
-		path, stored = p, true
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			r.add(name, Warn, fmt.Sprintf("no management cluster yet: run labctl mgmt up (no kubeconfig at %s)", path))
-			return
-		}
+	labName := ""
+	if lab != nil {
+		labName = lab.Metadata.Name
 	}
-	m := &Management{Kubeconfig: path, Stored: stored}
+	if o.Kubeconfig == "" && os.Getenv("KUBECONFIG") == "" && lab == nil {
+		r.add(name, Warn, "cannot find the stored kubeconfig without a valid lab config; fix the config or pass --kubeconfig")
+		return
+	}
+	km, err := kube.MgmtKubeconfig(o.Kubeconfig, labName)
+	if err != nil {
+		r.add(name, Fail, err.Error())
+		return
+	}
+	path := km.Path
+	if err := km.Check(); errors.Is(err, kube.ErrNoMgmt) {
+		r.add(name, Warn, fmt.Sprintf("no management cluster yet: run labctl mgmt up (no kubeconfig at %s)", path))
+		return
+	}
+	m := &Management{Kubeconfig: path, Stored: km.From == kube.FromStored}
 	r.Management = m
 
-	c, err := kube.Connect(path)
+	c, err := km.Connect()
 	if err != nil {
 		r.add(name, Fail, err.Error())
 		return
@@ -66,9 +66,14 @@ func (r *Report) checkManagement(ctx context.Context, o Options, lab *config.Lab
 		st = Warn
 		notes = append(notes, "the kubeconfig turns TLS verification off")
 	}
-	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		st = Warn
-		notes = append(notes, fmt.Sprintf("%s has mode %04o, wider than 0600: chmod 600 %s", path, fi.Mode().Perm(), path))
+	for _, f := range km.Files() {
+		if fi, err := os.Stat(f); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			st = Warn
+			notes = append(notes, fmt.Sprintf("%s has mode %04o, wider than 0600: chmod 600 %s", f, fi.Mode().Perm(), f))
+		}
+	}
+	if km.Note != "" {
+		notes = append(notes, km.Note)
 	}
 	if len(notes) > 0 {
 		detail += "; " + strings.Join(notes, "; ")

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/labctl/labctl/internal/userhome"
 )
 
 // StateDir is the folder where labctl keeps what it learns about one lab:
@@ -21,9 +23,11 @@ func StateDir(lab string) (string, error) {
 	}
 	base := os.Getenv("XDG_CONFIG_HOME")
 	if !filepath.IsAbs(base) { // the XDG spec says to ignore relative values
-		home, err := os.UserHomeDir()
+		// Under sudo, the invoking user's home: their next command,
+		// without sudo, looks there.
+		home, err := userhome.Dir()
 		if err != nil {
-			return "", errors.New("locating the lab's state folder: neither XDG_CONFIG_HOME nor HOME is set")
+			return "", fmt.Errorf("locating the lab's state folder: XDG_CONFIG_HOME is not set, and %w", err)
 		}
 		base = filepath.Join(home, ".config")
 	}
@@ -40,14 +44,15 @@ func StatePath(lab string, elem ...string) (string, error) {
 	return filepath.Join(append([]string{dir}, elem...)...), nil
 }
 
-// ExpandHome replaces a leading ~/ with the user's home folder.
+// ExpandHome replaces a leading ~/ with the home folder of the user
+// labctl works for: under sudo, the invoking user's (see userhome).
 func ExpandHome(path string) (string, error) {
 	if path != "~" && !strings.HasPrefix(path, "~/") {
 		return path, nil
 	}
-	home, err := os.UserHomeDir()
+	home, err := userhome.Dir()
 	if err != nil {
-		return "", fmt.Errorf("cannot expand %s: the home folder is unknown (HOME is not set)", path)
+		return "", fmt.Errorf("cannot expand %s: %w", path, err)
 	}
 	return filepath.Join(home, strings.TrimPrefix(path, "~")), nil
 }
@@ -55,10 +60,11 @@ func ExpandHome(path string) (string, error) {
 // WritePrivate writes a secret file with mode 0600 (and its folder 0700),
 // through a temporary file in the same folder renamed over path, so a
 // reader never sees half of it and the mode never widens, whatever the
-// old file's mode or the umask.
+// old file's mode or the umask. Under sudo, what it makes inside the
+// invoking user's home is theirs (userhome).
 func WritePrivate(path string, data []byte) error {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := userhome.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+"-*")
@@ -75,6 +81,11 @@ func WritePrivate(path string, data []byte) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	// The temporary file sits beside path, so it is in the invoking
+	// user's home exactly when path is.
+	if err := userhome.Own(tmp.Name()); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {

@@ -17,8 +17,10 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
+	"github.com/labctl/labctl/internal/redact"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/userhome"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -87,6 +89,16 @@ func Build(ctx context.Context, o BuildOptions) error {
 	return nil
 }
 
+// dryRunReach explains an error reaching hypervisor h in a dry run: it
+// asks h for the template and the storage's disk format, so there is no
+// plan without h, and so without its token.
+func dryRunReach(dry bool, h *config.Hypervisor, err error) error {
+	if !dry {
+		return err
+	}
+	return fmt.Errorf("the dry run asks Proxmox VE hypervisor %s (%s) whether the template is up to date and which disk format its storage takes, so it must reach it: %w", h.Name, redact.URL(h.Proxmox.URL), err)
+}
+
 // plan is one image's build, worked out before anything runs.
 type plan struct {
 	dir, target, varFile, logPath string
@@ -114,7 +126,7 @@ func prepare(o BuildOptions, lab *config.Lab, img config.Image, pins versions.Pi
 	}
 	secret, err := h.ReadTokenSecret()
 	if err != nil {
-		return nil, err
+		return nil, dryRunReach(o.DryRun, h, err)
 	}
 	folder, err := files.StatePath(lab.Metadata.Name, "images")
 	if err != nil {
@@ -175,6 +187,9 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 	}
 	drv, err := o.Driver(ctx, img.Hypervisor)
 	if err != nil {
+		if h, _, terr := target(lab, img); terr == nil {
+			return dryRunReach(o.DryRun, h, err)
+		}
 		return err
 	}
 	defer func() { _ = drivers.Close(drv) }()
@@ -352,7 +367,8 @@ func vmids(vms []hypervisor.VM) string {
 // build writes the var file and log (0600), runs image-builder and returns
 // the template's VMID as Packer printed it, or 0 when it printed none.
 func (p *plan) build(ctx context.Context) (int, error) {
-	if err := os.MkdirAll(filepath.Dir(p.varFile), 0o700); err != nil {
+	// Under sudo these go in the invoking user's state folder, as theirs.
+	if err := userhome.MkdirAll(filepath.Dir(p.varFile), 0o700); err != nil {
 		return 0, err
 	}
 	data, err := json.MarshalIndent(p.vars, "", "  ")
@@ -362,9 +378,16 @@ func (p *plan) build(ctx context.Context) (int, error) {
 	if err := os.WriteFile(p.varFile, p.sc.Bytes(append(data, '\n')), 0o600); err != nil {
 		return 0, fmt.Errorf("writing the Packer variable file: %w", err)
 	}
+	if err := userhome.Own(p.varFile); err != nil {
+		return 0, err
+	}
 	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return 0, fmt.Errorf("creating the build log: %w", err)
+	}
+	if err := userhome.Own(p.logPath); err != nil {
+		f.Close()
+		return 0, err
 	}
 	defer f.Close()
 	id, err := run(ctx, p.dir, p.target, p.childEnv, p.sc, f, p.logPath, func(msg string) {

@@ -407,6 +407,18 @@ func TestDryRunShowsNamesNotValues(t *testing.T) {
 	b.noSecret(t)
 }
 
+// TestDryRunWithoutSecret: the dry run asks PVE for the template and the
+// storage's format, so without the token it says so, and which PVE.
+func TestDryRunWithoutSecret(t *testing.T) {
+	b := newBed(t)
+	os.Unsetenv("PVE_TOKEN_SECRET")
+	err := Build(context.Background(), b.opts("ok", true))
+	want := "the dry run asks Proxmox VE hypervisor pve (" + b.srv.URL + ") whether the template is up to date and which disk format its storage takes, so it must reach it: "
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "PVE_TOKEN_SECRET") {
+		t.Errorf("err = %v\nwant it to contain %q and name PVE_TOKEN_SECRET", err, want)
+	}
+}
+
 func TestPrereqsAndMissingBuilder(t *testing.T) {
 	b := newBed(t)
 	must(t, os.Remove(filepath.Join(b.bin, "ansible-playbook")))

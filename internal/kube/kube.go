@@ -80,19 +80,27 @@ func tune(cfg *rest.Config) {
 }
 
 // Connect loads the kubeconfig at path (its current context) and returns a
-// client for that server. It does not contact the server. TLS verification
-// is whatever the kubeconfig says; labctl never turns it off.
+// client for that server. path may be a list of files, as $KUBECONFIG
+// holds them; they are merged as kubectl merges them. It does not contact
+// the server. TLS verification is whatever the kubeconfig says; labctl
+// never turns it off.
 func Connect(path string) (*Client, error) {
 	if path == "" {
 		return nil, errors.New("loading kubeconfig: no file given")
 	}
-	if _, err := os.Stat(path); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("loading kubeconfig %s: file does not exist", path)
+	files := filepath.SplitList(path)
+	found := 0
+	for _, f := range files {
+		if _, err := os.Stat(f); err == nil {
+			found++
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("loading kubeconfig %s: %w", f, err)
 		}
-		return nil, fmt.Errorf("loading kubeconfig %s: %w", path, err)
 	}
-	raw, err := clientcmd.LoadFromFile(path)
+	if found == 0 {
+		return nil, fmt.Errorf("loading kubeconfig %s: file does not exist", path)
+	}
+	raw, err := loadRaw(path)
 	if err != nil {
 		// clientcmd already names the file in most of its errors.
 		return nil, fmt.Errorf("loading kubeconfig %s: %w", path, err)
@@ -104,10 +112,12 @@ func Connect(path string) (*Client, error) {
 	}
 	cfg.UserAgent = "labctl"
 	tune(cfg)
-	// clientcmd.LoadFromFile already resolved relative certificate paths
-	// against the file's folder; keep the file's absolute path for reports.
-	if abs, err := filepath.Abs(path); err == nil {
-		path = abs
+	// clientcmd already resolved relative certificate paths against each
+	// file's folder; keep the files' absolute paths for reports.
+	if len(files) == 1 {
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
 	}
 	return &Client{Kubeconfig: path, Context: raw.CurrentContext, config: cfg}, nil
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
-	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/kube"
@@ -20,21 +19,9 @@ import (
 	"github.com/labctl/labctl/internal/ui"
 )
 
-// ErrNoManagement means the lab has no management cluster yet: no
-// --kubeconfig was given and mgmt up has stored none. NoManagementAt's
-// errors match it.
-var ErrNoManagement = errors.New("no management cluster yet")
-
-// NoManagementAt is the error for lab having no kubeconfig stored at path.
-func NoManagementAt(lab, path string) error { return noManagement{lab, path} }
-
-type noManagement struct{ lab, path string }
-
-func (e noManagement) Error() string {
-	return fmt.Sprintf("no management cluster for lab %q yet (no kubeconfig at %s): run 'labctl mgmt up', or name a cluster with --kubeconfig", e.lab, e.path)
-}
-
-func (e noManagement) Is(target error) bool { return target == ErrNoManagement }
+// ErrNoManagement means the lab has no management cluster yet: nothing
+// names a kubeconfig and mgmt up has stored none (kube.ErrNoMgmt).
+var ErrNoManagement = kube.ErrNoMgmt
 
 // ErrAborted means the user answered no; nothing was changed.
 var ErrAborted = errors.New("aborted: nothing was deleted")
@@ -69,7 +56,7 @@ func Down(ctx context.Context, o DownOptions) error {
 	lab := o.Lab
 	drv, err := o.Driver(ctx, lab.Management.Hypervisor)
 	if err != nil {
-		return err
+		return dryRunReach(o.DryRun, lab, lab.Management.Hypervisor, err)
 	}
 	defer func() { _ = drivers.Close(drv) }()
 	name := lab.Metadata.Name
@@ -194,6 +181,8 @@ type KubeconfigOptions struct {
 	// Path, when set, is where to write it (mode 0600); else it is printed.
 	Path  string
 	Force bool
+	// Merge adds it to the user's kubeconfig as context labctl-<lab>-mgmt.
+	Merge bool
 }
 
 // Kubeconfig prints the stored management kubeconfig or writes it to a file.
@@ -210,16 +199,6 @@ func Kubeconfig(ctx context.Context, o KubeconfigOptions) error {
 	if err != nil {
 		return fmt.Errorf("reading the stored kubeconfig: %w", err)
 	}
-	if o.Path == "" {
-		_, err := o.IO.Out.Write(data)
-		return err
-	}
-	if _, err := os.Stat(o.Path); err == nil && !o.Force {
-		return fmt.Errorf("%s exists: pass --force to overwrite it", o.Path)
-	}
-	if err := files.WritePrivate(o.Path, data); err != nil {
-		return err
-	}
-	fmt.Fprintf(o.IO.Err, "wrote %s (mode 0600)\n", o.Path)
-	return nil
+	return kube.Export(o.IO.Out, o.IO.Err, data, kube.ExportOptions{
+		Write: o.Path, Force: o.Force, Merge: o.Merge, Name: "labctl-" + lab.Metadata.Name + "-mgmt"})
 }

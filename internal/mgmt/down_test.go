@@ -53,14 +53,11 @@ func opener(lab *config.Lab) DriverFunc {
 // kubeconfig mgmt up stored, or ErrNoManagement.
 func storedMgmt(lab *config.Lab) func(context.Context) (*kube.Client, error) {
 	return func(context.Context) (*kube.Client, error) {
-		p, err := kube.MgmtKubeconfigPath(lab.Metadata.Name)
+		m, err := kube.OwnMgmtKubeconfig("", lab.Metadata.Name)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := os.Stat(p); err != nil {
-			return nil, NoManagementAt(lab.Metadata.Name, p)
-		}
-		return kube.Connect(p)
+		return m.Connect()
 	}
 }
 

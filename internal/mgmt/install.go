@@ -129,17 +129,30 @@ func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
 	if o.Output != "" && o.Output != "text" && !o.DryRun {
 		return nil, fmt.Errorf("-o %s prints the objects of a dry run; add --dry-run", o.Output)
 	}
-	comps, err := components.Build(o.Lab, versions.MustGet(), components.Options{OfflineDir: o.OfflineDir, ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+	readSecret := (*config.Hypervisor).ReadTokenSecret
+	if o.DryRun {
+		// A dry run never reads a secret, as its help says: the Secret is
+		// printed with where its value would come from (print.go), and
+		// the plan does not compare it with the cluster's (planProvider).
+		readSecret = func(*config.Hypervisor) (string, error) { return "", nil }
+	}
+	comps, err := components.Build(o.Lab, versions.MustGet(), components.Options{OfflineDir: o.OfflineDir, ReadSecret: readSecret})
 	if err != nil {
 		return nil, err
 	}
 	kc, err := o.Mgmt(ctx)
 	if err != nil {
+		if o.DryRun {
+			err = fmt.Errorf("the dry run compares every object with the cluster it installs onto, so it needs one: %w", err)
+		}
 		return nil, err
 	}
 	in := &installer{o: o, kc: kc, hc: newHelm(kc, o.IO, o.Verbose), comps: comps}
 	v, err := kc.ServerVersion(ctx)
 	if err != nil {
+		if o.DryRun {
+			return nil, fmt.Errorf("the dry run compares every object with the cluster at %s, so it must reach it: %w", kc.Host(), err)
+		}
 		return nil, fmt.Errorf("installing the management stack: %w", err)
 	}
 	in.kver = v.GitVersion
@@ -235,7 +248,22 @@ func (in *installer) planObjects(ctx context.Context, objs []*unstructured.Unstr
 }
 
 func (in *installer) planProvider(ctx context.Context, c *components.Component) ([]string, error) {
-	out, err := in.planObjects(ctx, c.Objects)
+	objs := c.Objects
+	var unread []string
+	if in.o.DryRun && len(c.Secrets) > 0 {
+		// Its value was not read, so comparing it would be a guess.
+		objs = nil
+		for _, o := range c.Objects {
+			if !holdsSecret(o, c.Secrets) {
+				objs = append(objs, o)
+			}
+		}
+		for _, s := range c.Secrets {
+			unread = append(unread, fmt.Sprintf("apply Secret %s/%s with %s from %s (not read in a dry run)", s.Ref.Namespace, s.Ref.Name, s.Key, s.From))
+		}
+	}
+	out, err := in.planObjects(ctx, objs)
+	out = append(out, unread...)
 	if err != nil || len(out) > 0 || in.o.NoWait {
 		return out, err
 	}
@@ -269,6 +297,16 @@ func (in *installer) applyProvider(ctx context.Context, c *components.Component)
 		return nil
 	}
 	return in.kc.WaitFor(ctx, p.GVK, p.Namespace, []string{p.Name}, kube.ProviderReady(p.Version), in.o.Timeout)
+}
+
+// holdsSecret reports whether o is one of the Secrets in secrets.
+func holdsSecret(o *unstructured.Unstructured, secrets []components.SecretField) bool {
+	for _, s := range secrets {
+		if s.Ref == kube.RefOf(o) {
+			return true
+		}
+	}
+	return false
 }
 
 // crdOf names the CRD of a Provider kind: InfrastructureProvider →

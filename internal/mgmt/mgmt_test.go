@@ -410,9 +410,14 @@ func TestDryRunPrintsEveryObjectAndWritesNothing(t *testing.T) {
 	repo := standin.ServeRepo(t)
 	b := newBed(t, "capi", "operator", "helm-controller")
 	lab := ownerLab(t, repo.URL)
+	// Dry runs never read the token secret (issue 14): it is not set.
+	os.Unsetenv("PVE_TOKEN_SECRET")
 	o, err := install(t, b, lab, func(o *mgmt.InstallOptions) { o.DryRun = true; o.Output = "yaml" })
 	if err != nil {
 		t.Fatalf("dry run: %v\n%s", err, o.stderr.String())
+	}
+	if want := "apply Secret capmox-system/proxmox-variables with PROXMOX_SECRET from env PVE_TOKEN_SECRET (not read in a dry run)"; !strings.Contains(o.stderr.String(), want) {
+		t.Errorf("the plan does not say the Secret's value is not read; want %q in:\n%s", want, o.stderr.String())
 	}
 	if n := b.writes.Load(); n != 0 {
 		t.Errorf("the dry run made %d write requests", n)

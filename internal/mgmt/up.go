@@ -71,7 +71,7 @@ func Up(ctx context.Context, o UpOptions) error {
 	fmt.Fprintf(o.IO.Err, "lab %s (%s), management VM %s on hypervisor %s\n", lab.Metadata.Name, o.Source, lab.Management.Name, lab.Management.Hypervisor)
 	drv, err := o.Driver(ctx, lab.Management.Hypervisor)
 	if err != nil {
-		return err
+		return dryRunReach(o.DryRun, lab, lab.Management.Hypervisor, err)
 	}
 	defer func() { _ = drivers.Close(drv) }()
 	u, err := NewUp(lab, drv, o)
@@ -166,6 +166,26 @@ func NewUp(lab *config.Lab, drv hypervisor.Driver, o UpOptions) (*UpRun, error) 
 		}
 	}
 	return u, nil
+}
+
+// dryRunReach explains an error opening a hypervisor during a dry run: the
+// plan is made from what the hypervisor holds, so there is no plan without
+// it, and the user should know that is why a dry run wants its secret.
+func dryRunReach(dry bool, lab *config.Lab, name string, err error) error {
+	if !dry {
+		return err
+	}
+	what := "hypervisor " + name
+	for _, h := range lab.Hypervisors {
+		switch {
+		case h.Name != name:
+		case h.Proxmox != nil:
+			what = fmt.Sprintf("Proxmox VE hypervisor %s (%s)", name, redact.URL(h.Proxmox.URL))
+		case h.Libvirt != nil:
+			what = fmt.Sprintf("libvirt hypervisor %s (%s)", name, redact.URL(h.Libvirt.URI))
+		}
+	}
+	return fmt.Errorf("the dry run asks %s which VMs already exist, so it must reach it: %w", what, err)
 }
 
 // MgmtHostKeyFile is the management VM's SSH host key in the lab's state

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/libvirt/libvirttest"
 )
 
 func TestParseURI(t *testing.T) {
@@ -102,26 +103,26 @@ func TestPermissionDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The test binary sits in a folder only root can read; nobody runs a copy.
-	bin := filepath.Join(dmn.dir, "helper-"+t.Name())
+	bin := filepath.Join(dmn.Dir, "helper-"+t.Name())
 	if err := copyFile(self, bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	defer os.Remove(bin)
 	cmd := exec.CommandContext(t.Context(), bin)
-	cmd.Env = []string{helperEnv + "=" + dmn.uri(), "HOME=/nonexistent", "PATH=/usr/bin:/bin"}
+	cmd.Env = []string{helperEnv + "=" + dmn.URI(), "HOME=/nonexistent", "PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("helper: %v\n%s", err, out)
 	}
 	t.Logf("as nobody: %s", out)
-	for _, want := range []string{"permission denied on " + dmn.sock, "run labctl as root, or add your user to the libvirt group"} {
+	for _, want := range []string{"permission denied on " + dmn.Sock, "run labctl as root, or add your user to the libvirt group"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("as nobody: %q lacks %q", out, want)
 		}
 	}
 	// Root, the socket's owner, gets in.
-	d, err := New(t.Context(), Options{Name: "local", URI: dmn.uri(), Pool: "default", Network: "labctl"})
+	d, err := New(t.Context(), Options{Name: "local", URI: dmn.URI(), Pool: "default", Network: "labctl"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +151,8 @@ func copyFile(src, dst string, mode os.FileMode) error {
 // from pkipath=, and is refused with a certificate of another CA.
 func TestTLS(t *testing.T) {
 	dmn := testLibvirtd(t)
-	uri := "test+tls://127.0.0.1:" + dmn.tlsPort + "/default"
-	files := TLSFiles{CAFile: dmn.caFile, CertFile: dmn.certFile, KeyFile: dmn.keyFile}
+	uri := "test+tls://127.0.0.1:" + dmn.TLSPort + "/default"
+	files := TLSFiles{CAFile: dmn.CAFile, CertFile: dmn.CertFile, KeyFile: dmn.KeyFile}
 	reach := func(t *testing.T, o Options) error {
 		t.Helper()
 		o.Name, o.Pool, o.Network = "tlshost", "default-pool", "default"
@@ -173,7 +174,7 @@ func TestTLS(t *testing.T) {
 	})
 	t.Run("pkipath", func(t *testing.T) {
 		dir := t.TempDir()
-		for src, name := range map[string]string{dmn.caFile: "cacert.pem", dmn.certFile: "clientcert.pem", dmn.keyFile: "clientkey.pem"} {
+		for src, name := range map[string]string{dmn.CAFile: "cacert.pem", dmn.CertFile: "clientcert.pem", dmn.KeyFile: "clientkey.pem"} {
 			if err := copyFile(src, filepath.Join(dir, name), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -192,23 +193,23 @@ func TestTLS(t *testing.T) {
 		}
 	})
 	// otherPKI is a CA and client certificate the daemon does not know.
-	otherPKI := func(t *testing.T) *testDaemon {
-		other := &testDaemon{dir: t.TempDir()}
-		if err := other.makePKI(); err != nil {
+	otherPKI := func(t *testing.T) *libvirttest.Daemon {
+		other, err := libvirttest.NewPKI(t.TempDir())
+		if err != nil {
 			t.Fatal(err)
 		}
 		return other
 	}
 	t.Run("server of another CA", func(t *testing.T) {
 		other := otherPKI(t)
-		err := reach(t, Options{URI: uri, TLS: TLSFiles{CAFile: other.caFile, CertFile: dmn.certFile, KeyFile: dmn.keyFile}})
-		if err == nil || !strings.Contains(err.Error(), "is not valid for 127.0.0.1 under the CA "+other.caFile) {
+		err := reach(t, Options{URI: uri, TLS: TLSFiles{CAFile: other.CAFile, CertFile: dmn.CertFile, KeyFile: dmn.KeyFile}})
+		if err == nil || !strings.Contains(err.Error(), "is not valid for 127.0.0.1 under the CA "+other.CAFile) {
 			t.Fatalf("with another CA: %v", err)
 		}
 	})
 	t.Run("client certificate of another CA", func(t *testing.T) {
 		other := otherPKI(t)
-		err := reach(t, Options{URI: uri, TLS: TLSFiles{CAFile: dmn.caFile, CertFile: other.certFile, KeyFile: other.keyFile}})
+		err := reach(t, Options{URI: uri, TLS: TLSFiles{CAFile: dmn.CAFile, CertFile: other.CertFile, KeyFile: other.KeyFile}})
 		if err == nil || !strings.Contains(err.Error(), "refused labctl's client certificate") {
 			t.Fatalf("with a foreign client certificate: %v", err)
 		}

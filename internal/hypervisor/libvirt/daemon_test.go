@@ -1,51 +1,15 @@
 package libvirt
 
-// The fast tests talk to a libvirtd of their own: the real daemon and its
-// real RPC, started by the test in a temp folder and stopped when the
-// package's tests end. It runs in a private mount namespace with a tmpfs
-// over /run, so nothing of it lands on the machine, and it loads no
-// driver modules (LIBVIRT_DRIVER_DIR is an empty folder), so it cannot
-// touch the machine's VMs, pools or networks or get in the way of the
-// machine's own libvirtd. What it serves is the test driver built into
-// libvirt (test:///default), over its unix socket and, with the test's
-// own CA, over TLS on 127.0.0.1. The tests reach the same daemon over ssh
-// too (ssh_test.go).
+// The fast tests talk to a libvirtd of their own, started by
+// libvirttest (the real daemon serving libvirt's test driver, fenced off
+// from the machine's); the tests reach the same daemon over ssh too
+// (ssh_test.go).
 
 import (
-	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"fmt"
-	"math/big"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
-)
 
-type testDaemon struct {
-	dir     string
-	sock    string // the read-write unix socket, mode 0700
-	tlsPort string
-	// Client side of the test PKI, for qemu+tls:// URIs.
-	caFile, certFile, keyFile string
-	cmd                       *exec.Cmd
-	log                       string
-}
-
-var (
-	daemonOnce sync.Once
-	daemon     *testDaemon
-	daemonErr  error
+	"github.com/labctl/labctl/internal/hypervisor/libvirt/libvirttest"
 )
 
 func TestMain(m *testing.M) {
@@ -54,187 +18,16 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := m.Run()
-	if daemon != nil {
-		daemon.stop()
-	}
+	libvirttest.StopShared()
 	os.Exit(code)
 }
 
 // testLibvirtd starts the package's daemon on first use.
-func testLibvirtd(t *testing.T) *testDaemon {
+func testLibvirtd(t *testing.T) *libvirttest.Daemon {
 	t.Helper()
-	daemonOnce.Do(func() { daemon, daemonErr = startDaemon() })
-	if daemonErr != nil {
-		skipOrFail(t, "cannot start the test's own libvirtd: "+daemonErr.Error())
-	}
-	return daemon
-}
-
-func (d *testDaemon) uri() string { return "test:///default?socket=" + d.sock }
-
-func startDaemon() (*testDaemon, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("it needs root (a private mount namespace)")
-	}
-	for _, tool := range []string{"libvirtd", "unshare"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("%s is missing: apt-get install libvirt-daemon-system util-linux", tool)
-		}
-	}
-	dir, err := os.MkdirTemp("", "labctl-libvirtd-")
+	d, err := libvirttest.Shared()
 	if err != nil {
-		return nil, err
+		skipOrFail(t, "cannot start the test's own libvirtd: "+err.Error())
 	}
-	// 0755: the permission test reaches the socket as another user, and
-	// the socket's own mode (0700) is what refuses it.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, err
-	}
-	d := &testDaemon{dir: dir, sock: filepath.Join(dir, "sock", "libvirt-sock"), log: filepath.Join(dir, "libvirtd.log")}
-	for _, sub := range []string{"drivers", "sock"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			return nil, err
-		}
-	}
-	if err := d.makePKI(); err != nil {
-		return nil, fmt.Errorf("making the test PKI: %w", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	d.tlsPort = strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	_ = l.Close()
-	conf := fmt.Sprintf(`unix_sock_dir = %q
-unix_sock_rw_perms = "0700"
-unix_sock_ro_perms = "0700"
-auth_unix_rw = "none"
-auth_unix_ro = "none"
-listen_tls = 1
-listen_tcp = 0
-listen_addr = "127.0.0.1"
-tls_port = %q
-auth_tls = "none"
-ca_file = %q
-cert_file = %q
-key_file = %q
-log_outputs = "3:file:%s"
-`, filepath.Join(dir, "sock"), d.tlsPort, filepath.Join(dir, "pki", "cacert.pem"),
-		filepath.Join(dir, "pki", "servercert.pem"), filepath.Join(dir, "pki", "serverkey.pem"), d.log)
-	confPath := filepath.Join(dir, "libvirtd.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	script := "mount -t tmpfs tmpfs /run && exec libvirtd --listen -f " + confPath + " -p " + filepath.Join(dir, "libvirtd.pid")
-	d.cmd = exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
-	d.cmd.Env = append(os.Environ(), "LIBVIRT_DRIVER_DIR="+filepath.Join(dir, "drivers"))
-	var out bytes.Buffer
-	d.cmd.Stdout, d.cmd.Stderr = &out, &out
-	// Pdeathsig: a test binary that dies (a timeout's panic skips
-	// TestMain's stop) takes its daemon with it.
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := d.cmd.Start(); err != nil {
-		return nil, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = d.cmd.Wait(); close(exited) }()
-	deadline := time.After(60 * time.Second)
-	for {
-		if c, err := net.Dial("unix", d.sock); err == nil {
-			_ = c.Close()
-			if c, err := net.Dial("tcp", "127.0.0.1:"+d.tlsPort); err == nil {
-				_ = c.Close()
-				return d, nil
-			}
-		}
-		select {
-		case <-exited:
-			log, _ := os.ReadFile(d.log)
-			if os.Getenv("LABCTL_TEST_KEEP") == "" {
-				_ = os.RemoveAll(dir)
-			}
-			return nil, fmt.Errorf("libvirtd exited: %s\n%s", out.String(), log)
-		case <-deadline:
-			d.stop()
-			return nil, fmt.Errorf("libvirtd did not listen within 60s: %s", out.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func (d *testDaemon) stop() {
-	if d.cmd != nil && d.cmd.Process != nil {
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _, _ = d.cmd.Process.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = d.cmd.Process.Kill()
-		}
-	}
-	_ = os.RemoveAll(d.dir)
-}
-
-// makePKI writes a CA, the daemon's certificate for 127.0.0.1 and a
-// client certificate, with the key usages libvirt checks
-// (src/rpc/virnettlscontext.c, virNetTLSContextCheckCert).
-func (d *testDaemon) makePKI() error {
-	pki := filepath.Join(d.dir, "pki")
-	if err := os.MkdirAll(pki, 0o700); err != nil {
-		return err
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "labctl test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	if err := writePEM(filepath.Join(pki, "cacert.pem"), "CERTIFICATE", caDER); err != nil {
-		return err
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, certFile, keyFile string) error {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return err
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn, Organization: []string{"labctl test"}},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-			ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		}
-		if usage == x509.ExtKeyUsageServerAuth {
-			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			return err
-		}
-		kb, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			return err
-		}
-		if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
-			return err
-		}
-		return writePEM(keyFile, "PRIVATE KEY", kb)
-	}
-	if err := leaf(2, "127.0.0.1", x509.ExtKeyUsageServerAuth, filepath.Join(pki, "servercert.pem"), filepath.Join(pki, "serverkey.pem")); err != nil {
-		return err
-	}
-	d.caFile, d.certFile, d.keyFile = filepath.Join(pki, "cacert.pem"), filepath.Join(pki, "clientcert.pem"), filepath.Join(pki, "clientkey.pem")
-	return leaf(3, "labctl test client", x509.ExtKeyUsageClientAuth, d.certFile, d.keyFile)
-}
-
-func writePEM(path, typ string, der []byte) error {
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+	return d
 }

@@ -237,3 +237,34 @@ func (d *Driver) RemovePool(ctx context.Context) error {
 	}
 	return nil
 }
+
+// HostState is what doctor reports of the lab's pool and network on this
+// host: "active", "inactive" or "missing" (mgmt up defines a missing one,
+// starts an inactive one). Network is "" when the lab uses a bridge.
+func (d *Driver) HostState(ctx context.Context) (pool, network string, err error) {
+	if err := ctx.Err(); err != nil {
+		return "", "", err
+	}
+	ps, err := d.poolState()
+	if err != nil {
+		return "", "", err
+	}
+	if d.opts.Network == "" {
+		return ps.String(), "", nil
+	}
+	ns, err := d.networkState()
+	if err != nil {
+		return ps.String(), "", err
+	}
+	return ps.String(), ns.String(), nil
+}
+
+func (s objState) String() string {
+	switch s {
+	case missing:
+		return "missing"
+	case inactive:
+		return "inactive"
+	}
+	return "active"
+}

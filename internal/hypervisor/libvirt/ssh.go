@@ -22,6 +22,7 @@ import (
 
 	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/sshkey"
+	"github.com/labctl/labctl/internal/userhome"
 )
 
 // The ssh transport does what libvirt's own does (src/rpc/virnetclient.c,
@@ -270,7 +271,7 @@ type hostKeys struct {
 
 func knownHostsFiles() []string {
 	var files []string
-	if home, err := os.UserHomeDir(); err == nil {
+	if home, err := userhome.Dir(); err == nil {
 		files = append(files, filepath.Join(home, ".ssh", "known_hosts"))
 	}
 	return append(files, "/etc/ssh/ssh_known_hosts")
@@ -404,7 +405,7 @@ func sshKeys(keyFile string) (keySet, error) {
 	named := keyFile != ""
 	keyFiles := []string{keyFile}
 	if !named {
-		home, _ := os.UserHomeDir()
+		home, _ := userhome.Dir()
 		keyFiles = nil
 		for _, n := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
 			keyFiles = append(keyFiles, filepath.Join(home, ".ssh", n))

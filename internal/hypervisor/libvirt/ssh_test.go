@@ -204,7 +204,7 @@ func TestSSHReachesTheSameDaemon(t *testing.T) {
 	s := startSSHD(t)
 	s.home(t, s.hostKey)
 
-	o := sshOptions(s.uri(s.login, dmn.sock), s.keyFile)
+	o := sshOptions(s.uri(s.login, dmn.Sock), s.keyFile)
 	o.Pool, o.PoolPath = uniq("sshpool"), "/labctl-ssh-pool"
 	d, err := New(t.Context(), o)
 	if err != nil {
@@ -257,7 +257,7 @@ func TestSSHReachesTheSameDaemon(t *testing.T) {
 			}
 		}()
 		t.Setenv("SSH_AUTH_SOCK", sock)
-		d, err := New(t.Context(), sshOptions(s.uri(s.login, dmn.sock), "")) // no key file: the HOME has none
+		d, err := New(t.Context(), sshOptions(s.uri(s.login, dmn.Sock), "")) // no key file: the HOME has none
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +271,7 @@ func TestSSHUnknownHostKey(t *testing.T) {
 	dmn := testLibvirtd(t)
 	s := startSSHD(t)
 	home := s.home(t)
-	o := sshOptions(s.uri(s.login, dmn.sock), s.keyFile)
+	o := sshOptions(s.uri(s.login, dmn.Sock), s.keyFile)
 	_, err := New(t.Context(), o)
 	fix := "ssh-keyscan -p " + s.port + " -H 127.0.0.1 >> ~/.ssh/known_hosts"
 	if err == nil || !strings.Contains(err.Error(), "is not in ~/.ssh/known_hosts") || !strings.Contains(err.Error(), fix) {
@@ -298,7 +298,7 @@ func TestSSHChangedHostKey(t *testing.T) {
 	s := startSSHD(t)
 	_, other := newKey(t)
 	s.home(t, other.PublicKey())
-	_, err := New(t.Context(), sshOptions(s.uri(s.login, dmn.sock), s.keyFile))
+	_, err := New(t.Context(), sshOptions(s.uri(s.login, dmn.Sock), s.keyFile))
 	if err == nil || !strings.Contains(err.Error(), "host key of 127.0.0.1:"+s.port+" changed") || !strings.Contains(err.Error(), "ssh-keygen -R '[127.0.0.1]:"+s.port+"'") {
 		t.Fatalf("changed host key: %v", err)
 	}
@@ -310,7 +310,7 @@ func TestSSHLoginRefused(t *testing.T) {
 	s := startSSHD(t)
 	s.home(t, s.hostKey)
 	t.Run("wrong user", func(t *testing.T) {
-		_, err := New(t.Context(), sshOptions(s.uri("labctl-no-such-user", dmn.sock), s.keyFile))
+		_, err := New(t.Context(), sshOptions(s.uri("labctl-no-such-user", dmn.Sock), s.keyFile))
 		if err == nil || !strings.Contains(err.Error(), `refused the ssh login of user "labctl-no-such-user"`) || !strings.Contains(err.Error(), "authorized_keys") {
 			t.Fatalf("wrong user: %v", err)
 		}
@@ -320,13 +320,13 @@ func TestSSHLoginRefused(t *testing.T) {
 		priv, _ := newKey(t)
 		stranger := filepath.Join(t.TempDir(), "id_ed25519")
 		writeKey(t, stranger, priv)
-		_, err := New(t.Context(), sshOptions(s.uri(s.login, dmn.sock), stranger))
+		_, err := New(t.Context(), sshOptions(s.uri(s.login, dmn.Sock), stranger))
 		if err == nil || !strings.Contains(err.Error(), "refused the ssh login of user \""+s.login+"\" with the key "+stranger) {
 			t.Fatalf("unauthorized key: %v", err)
 		}
 	})
 	t.Run("no key at all", func(t *testing.T) {
-		_, err := New(t.Context(), sshOptions(s.uri(s.login, dmn.sock), ""))
+		_, err := New(t.Context(), sshOptions(s.uri(s.login, dmn.Sock), ""))
 		if err == nil || !strings.Contains(err.Error(), "no ssh key to log in with") || !strings.Contains(err.Error(), "sshKeyFile") {
 			t.Fatalf("no key: %v", err)
 		}

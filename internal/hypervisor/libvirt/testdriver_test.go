@@ -72,7 +72,7 @@ func recordUploads(d *Driver) *uploads {
 
 func testOptions(t *testing.T) Options {
 	return Options{
-		Name: "local", URI: testLibvirtd(t).uri(), Pool: uniq("pool"), PoolPath: "/labctl-test-pool",
+		Name: "local", URI: testLibvirtd(t).URI(), Pool: uniq("pool"), PoolPath: "/labctl-test-pool",
 		Network: uniq("net"), Subnet: netip.MustParsePrefix("10.213.0.0/24"), Gateway: netip.MustParseAddr("10.213.0.1"),
 		LocalOnlyDNS: true,
 	}

@@ -1,4 +1,6 @@
-package app
+// Package versioninfo is the use case of 'labctl version': labctl's own build and
+// every pinned upstream version, as text or data.
+package versioninfo
 
 import (
 	"fmt"

@@ -1,0 +1,255 @@
+// Package libvirttest starts a real libvirtd for tests: the real daemon
+// and its real RPC, in a temp folder, stopped when the test binary ends.
+// It runs in a private mount namespace with a tmpfs over /run, so nothing
+// of it lands on the machine, and it loads no driver modules
+// (LIBVIRT_DRIVER_DIR is an empty folder), so it cannot touch the
+// machine's VMs, pools or networks or get in the way of the machine's own
+// libvirtd. What it serves is the test driver built into libvirt
+// (test:///default), over its unix socket and, with the test's own CA,
+// over TLS on 127.0.0.1. The libvirt driver's tests and doctor's use one.
+package libvirttest
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Daemon is one running test libvirtd.
+type Daemon struct {
+	Dir     string
+	Sock    string // the read-write unix socket, mode 0700
+	TLSPort string
+	// Client side of the test PKI, for qemu+tls:// URIs.
+	CAFile, CertFile, KeyFile string
+	cmd                       *exec.Cmd
+	log                       string
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *Daemon
+	sharedErr  error
+)
+
+// Shared starts the test binary's daemon on first use and returns it; an
+// error says why it cannot run here (the caller skips or fails). Call
+// StopShared from TestMain after m.Run.
+func Shared() (*Daemon, error) {
+	sharedOnce.Do(func() { shared, sharedErr = start() })
+	return shared, sharedErr
+}
+
+// StopShared stops the daemon Shared started, if any.
+func StopShared() {
+	if shared != nil {
+		shared.stop()
+	}
+}
+
+// Start is Shared for a test: it skips the test when no daemon can run
+// here, or fails it under CI or LABCTL_REQUIRE_LIBVIRT.
+func Start(t testing.TB) *Daemon {
+	t.Helper()
+	d, err := Shared()
+	if err != nil {
+		why := "cannot start the test's own libvirtd: " + err.Error()
+		if os.Getenv("CI") != "" || os.Getenv("LABCTL_REQUIRE_LIBVIRT") != "" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+	return d
+}
+
+// NewPKI makes a CA with a server and a client certificate in dir, as the
+// daemon's own, for tests that need one the daemon does not know.
+func NewPKI(dir string) (*Daemon, error) {
+	d := &Daemon{Dir: dir}
+	return d, d.makePKI()
+}
+
+// URI is the daemon's test driver over its unix socket.
+func (d *Daemon) URI() string { return "test:///default?socket=" + d.Sock }
+
+func start() (*Daemon, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("it needs root (a private mount namespace)")
+	}
+	for _, tool := range []string{"libvirtd", "unshare"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("%s is missing: apt-get install libvirt-daemon-system util-linux", tool)
+		}
+	}
+	dir, err := os.MkdirTemp("", "labctl-libvirtd-")
+	if err != nil {
+		return nil, err
+	}
+	// 0755: the permission test reaches the socket as another user, and
+	// the socket's own mode (0700) is what refuses it.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	d := &Daemon{Dir: dir, Sock: filepath.Join(dir, "sock", "libvirt-sock"), log: filepath.Join(dir, "libvirtd.log")}
+	for _, sub := range []string{"drivers", "sock"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.makePKI(); err != nil {
+		return nil, fmt.Errorf("making the test PKI: %w", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	d.TLSPort = strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	_ = l.Close()
+	conf := fmt.Sprintf(`unix_sock_dir = %q
+unix_sock_rw_perms = "0700"
+unix_sock_ro_perms = "0700"
+auth_unix_rw = "none"
+auth_unix_ro = "none"
+listen_tls = 1
+listen_tcp = 0
+listen_addr = "127.0.0.1"
+tls_port = %q
+auth_tls = "none"
+ca_file = %q
+cert_file = %q
+key_file = %q
+log_outputs = "3:file:%s"
+`, filepath.Join(dir, "sock"), d.TLSPort, filepath.Join(dir, "pki", "cacert.pem"),
+		filepath.Join(dir, "pki", "servercert.pem"), filepath.Join(dir, "pki", "serverkey.pem"), d.log)
+	confPath := filepath.Join(dir, "libvirtd.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	script := "mount -t tmpfs tmpfs /run && exec libvirtd --listen -f " + confPath + " -p " + filepath.Join(dir, "libvirtd.pid")
+	d.cmd = exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+	d.cmd.Env = append(os.Environ(), "LIBVIRT_DRIVER_DIR="+filepath.Join(dir, "drivers"))
+	var out bytes.Buffer
+	d.cmd.Stdout, d.cmd.Stderr = &out, &out
+	// Pdeathsig: a test binary that dies (a timeout's panic skips
+	// TestMain's stop) takes its daemon with it.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := d.cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = d.cmd.Wait(); close(exited) }()
+	deadline := time.After(60 * time.Second)
+	for {
+		if c, err := net.Dial("unix", d.Sock); err == nil {
+			_ = c.Close()
+			if c, err := net.Dial("tcp", "127.0.0.1:"+d.TLSPort); err == nil {
+				_ = c.Close()
+				return d, nil
+			}
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(d.log)
+			if os.Getenv("LABCTL_TEST_KEEP") == "" {
+				_ = os.RemoveAll(dir)
+			}
+			return nil, fmt.Errorf("libvirtd exited: %s\n%s", out.String(), log)
+		case <-deadline:
+			d.stop()
+			return nil, fmt.Errorf("libvirtd did not listen within 60s: %s", out.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (d *Daemon) stop() {
+	if d.cmd != nil && d.cmd.Process != nil {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _, _ = d.cmd.Process.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = d.cmd.Process.Kill()
+		}
+	}
+	_ = os.RemoveAll(d.Dir)
+}
+
+// makePKI writes a CA, the daemon's certificate for 127.0.0.1 and a
+// client certificate, with the key usages libvirt checks
+// (src/rpc/virnettlscontext.c, virNetTLSContextCheckCert).
+func (d *Daemon) makePKI() error {
+	pki := filepath.Join(d.Dir, "pki")
+	if err := os.MkdirAll(pki, 0o700); err != nil {
+		return err
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "labctl test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	if err := writePEM(filepath.Join(pki, "cacert.pem"), "CERTIFICATE", caDER); err != nil {
+		return err
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, certFile, keyFile string) error {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return err
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn, Organization: []string{"labctl test"}},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+			BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+			ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		}
+		if usage == x509.ExtKeyUsageServerAuth {
+			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		if err != nil {
+			return err
+		}
+		kb, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			return err
+		}
+		if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
+			return err
+		}
+		return writePEM(keyFile, "PRIVATE KEY", kb)
+	}
+	if err := leaf(2, "127.0.0.1", x509.ExtKeyUsageServerAuth, filepath.Join(pki, "servercert.pem"), filepath.Join(pki, "serverkey.pem")); err != nil {
+		return err
+	}
+	d.CAFile, d.CertFile, d.KeyFile = filepath.Join(pki, "cacert.pem"), filepath.Join(pki, "clientcert.pem"), filepath.Join(pki, "clientkey.pem")
+	return leaf(3, "labctl test client", x509.ExtKeyUsageClientAuth, d.CertFile, d.KeyFile)
+}
+
+func writePEM(path, typ string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+}
