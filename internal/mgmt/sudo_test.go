@@ -9,8 +9,8 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/labctl/labctl/internal/config"
-	"github.com/labctl/labctl/internal/userhome/sudotest"
 	"github.com/labctl/labctl/internal/sshkey"
+	"github.com/labctl/labctl/internal/userhome/sudotest"
 	"github.com/labctl/labctl/internal/vmssh"
 	"github.com/labctl/labctl/internal/vmssh/sshtest"
 )
