@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/labctl/labctl/internal/vmssh/sshtest"
+	"github.com/labctl/labctl/internal/testing/sshtest"
 )
 
 // userLab is the owner's lab with the SSH key a test made, in a state

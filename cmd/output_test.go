@@ -7,7 +7,7 @@ import (
 
 	"github.com/labctl/labctl/internal/cmdutil"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // complete asks cobra's __complete, as the shell scripts do, and returns

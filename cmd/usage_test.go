@@ -10,7 +10,7 @@ import (
 
 	"github.com/labctl/labctl/internal/cmdutil"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/ui"
 	"go.yaml.in/yaml/v3"
 )

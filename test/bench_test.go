@@ -26,8 +26,8 @@ import (
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/testbed"
-	"github.com/labctl/labctl/internal/testbed/standin"
+	"github.com/labctl/labctl/internal/testing/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed/standin"
 	"github.com/labctl/labctl/internal/versions"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // hostileStart starts labctl with args and stdin, in a private HOME, and

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
-	"github.com/labctl/labctl/internal/imagebuild/packertest"
+	"github.com/labctl/labctl/internal/testing/packertest"
+	"github.com/labctl/labctl/internal/testing/pvetest"
 )
 
 // TestImageBuildCtrlC runs 'labctl image build' with the stand-in Packer

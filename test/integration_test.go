@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/labctl/labctl/internal/imagebuild/packertest"
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/packertest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // secret is what PVE_TOKEN_SECRET holds in the child; it must never show.

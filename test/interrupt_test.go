@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // Ctrl-C while labctl waits on a management cluster that never answers: the

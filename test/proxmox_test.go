@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/testing/pvetest"
 )
 
 // TestDoctorProxmoxBinary runs the labctl binary's doctor against the

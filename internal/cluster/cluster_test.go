@@ -25,8 +25,8 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/helm"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/testbed"
-	"github.com/labctl/labctl/internal/testbed/standin"
+	"github.com/labctl/labctl/internal/testing/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
 )

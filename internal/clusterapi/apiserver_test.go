@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/labctl/labctl/internal/config"
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // ssa server-side applies obj as labctl would: field manager labctl,

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/labctl/labctl/internal/config"
-	"github.com/labctl/labctl/internal/hypervisor/libvirt/libvirttest"
+	"github.com/labctl/labctl/internal/testing/libvirttest"
 	"github.com/labctl/labctl/internal/ui"
 )
 

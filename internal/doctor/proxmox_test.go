@@ -11,8 +11,8 @@ import (
 
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/ui"
 )
 

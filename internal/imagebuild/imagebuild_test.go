@@ -23,8 +23,8 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
-	"github.com/labctl/labctl/internal/imagebuild/packertest"
+	"github.com/labctl/labctl/internal/testing/packertest"
+	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/ui"
 )
 

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // The CR comes before its CRD on purpose: Apply must reorder.

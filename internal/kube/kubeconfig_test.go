@@ -14,7 +14,7 @@ import (
 
 	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/userhome/sudotest"
+	"github.com/labctl/labctl/internal/testing/sudotest"
 )
 
 // kubeconfigText is a one-context kubeconfig named as k3s names its own:

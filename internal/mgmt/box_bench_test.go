@@ -13,7 +13,7 @@ import (
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/mgmt"
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // BenchmarkBoxInstall: 'mgmt install' until every provider is Ready on

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/labctl/labctl/internal/config"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
 	"github.com/labctl/labctl/internal/mgmt"
-	"github.com/labctl/labctl/internal/testbed/box"
-	"github.com/labctl/labctl/internal/testbed/standin"
+	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed/box"
+	"github.com/labctl/labctl/internal/testing/testbed/standin"
 )
 
 // 'labctl mgmt install' on the management cluster in a box, with nothing

@@ -17,9 +17,9 @@ import (
 	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/ui"
 )
 

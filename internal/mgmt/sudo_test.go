@@ -10,9 +10,9 @@ import (
 
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/sshkey"
-	"github.com/labctl/labctl/internal/userhome/sudotest"
+	"github.com/labctl/labctl/internal/testing/sshtest"
+	"github.com/labctl/labctl/internal/testing/sudotest"
 	"github.com/labctl/labctl/internal/vmssh"
-	"github.com/labctl/labctl/internal/vmssh/sshtest"
 )
 
 // TestUpUnderSudo is 'sudo labctl mgmt up' typed by alice: the SSH key

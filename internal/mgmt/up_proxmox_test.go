@@ -23,13 +23,13 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
-	"github.com/labctl/labctl/internal/testbed"
-	"github.com/labctl/labctl/internal/testbed/standin"
+	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/sshtest"
+	"github.com/labctl/labctl/internal/testing/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
-	"github.com/labctl/labctl/internal/vmssh/sshtest"
 )
 
 // mgmt up on Proxmox: the real driver against the strict fake PVE (every

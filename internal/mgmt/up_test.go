@@ -25,10 +25,10 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/step"
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/sshtest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/vmssh"
-	"github.com/labctl/labctl/internal/vmssh/sshtest"
 )
 
 // memHypervisor is an in-memory hypervisor.Driver for the use case's

@@ -25,7 +25,7 @@ import (
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/ui"
 )
 

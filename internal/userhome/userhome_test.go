@@ -6,8 +6,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/labctl/labctl/internal/testing/sudotest"
 	"github.com/labctl/labctl/internal/userhome"
-	"github.com/labctl/labctl/internal/userhome/sudotest"
 )
 
 func owner(t *testing.T, path string) (uid, gid int) {

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/labctl/labctl/internal/vmssh/sshtest"
+	"github.com/labctl/labctl/internal/testing/sshtest"
 )
 
 func TestHostKeyStoredPrivateAndReused(t *testing.T) {

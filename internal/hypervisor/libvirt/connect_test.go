@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/labctl/labctl/internal/hypervisor"
-	"github.com/labctl/labctl/internal/hypervisor/libvirt/libvirttest"
+	"github.com/labctl/labctl/internal/testing/libvirttest"
 )
 
 func TestParseURI(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/labctl/labctl/internal/hypervisor/libvirt/libvirttest"
+	"github.com/labctl/labctl/internal/testing/libvirttest"
 )
 
 func TestMain(m *testing.M) {

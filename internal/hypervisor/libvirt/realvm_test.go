@@ -36,8 +36,8 @@ import (
 
 	"github.com/labctl/labctl/internal/cloudinit"
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/testing/sshtest"
 	"github.com/labctl/labctl/internal/vmssh"
-	"github.com/labctl/labctl/internal/vmssh/sshtest"
 )
 
 const (

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/labctl/labctl/internal/config"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // TestConnectSilentAPI: one attempt, bounded, naming the URL without its

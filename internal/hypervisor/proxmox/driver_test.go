@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/labctl/labctl/internal/hypervisor"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/testing/pvetest"
 )
 
 // The fake PVE server rejects any request the real PVE 9 API schema

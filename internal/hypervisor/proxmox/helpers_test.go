@@ -11,7 +11,7 @@ import (
 
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/testing/pvetest"
 )
 
 const imageURL = "https://cloud-images.example/noble/current/noble-server-cloudimg-amd64.img"

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/labctl/labctl/internal/hypervisor"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // The scenario below is the Proxmox half of 'labctl mgmt up' as the

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
+	"github.com/labctl/labctl/internal/testing/pvetest"
 )
 
 func TestTemplatesAndAddTags(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/testbed/box"
+	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -20,7 +20,7 @@ const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u
 
 func renderLab1(t *testing.T) *clusterapi.Rendered {
 	t.Helper()
-	lab, _, err := config.Load(context.Background(), config.Request{Path: "../../../examples/lab.yaml", Explicit: true})
+	lab, _, err := config.Load(context.Background(), config.Request{Path: "../../../../examples/lab.yaml", Explicit: true})
 	if err != nil {
 		t.Fatal(err)
 	}

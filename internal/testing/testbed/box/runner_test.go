@@ -14,10 +14,10 @@ import (
 	"github.com/labctl/labctl/embedded"
 	"github.com/labctl/labctl/internal/helm"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/testbed"
-	"github.com/labctl/labctl/internal/testbed/box"
-	"github.com/labctl/labctl/internal/testbed/standin"
-	"github.com/labctl/labctl/internal/testbed/upstream"
+	"github.com/labctl/labctl/internal/testing/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed/box"
+	"github.com/labctl/labctl/internal/testing/testbed/standin"
+	"github.com/labctl/labctl/internal/testing/testbed/upstream"
 	"github.com/labctl/labctl/internal/versions"
 )
 

@@ -18,8 +18,8 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/repo"
 
-	"github.com/labctl/labctl/internal/testbed"
-	"github.com/labctl/labctl/internal/testbed/upstream"
+	"github.com/labctl/labctl/internal/testing/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed/upstream"
 	"github.com/labctl/labctl/internal/versions"
 )
 

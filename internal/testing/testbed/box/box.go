@@ -34,11 +34,11 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/labctl/labctl/internal/testbed"
-	"github.com/labctl/labctl/internal/testbed/certmanager"
-	"github.com/labctl/labctl/internal/testbed/pki"
-	"github.com/labctl/labctl/internal/testbed/runner"
-	"github.com/labctl/labctl/internal/testbed/upstream"
+	"github.com/labctl/labctl/internal/testing/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed/certmanager"
+	"github.com/labctl/labctl/internal/testing/testbed/pki"
+	"github.com/labctl/labctl/internal/testing/testbed/runner"
+	"github.com/labctl/labctl/internal/testing/testbed/upstream"
 )
 
 // EnvRequire turns missing controller binaries from a skip into a failure.

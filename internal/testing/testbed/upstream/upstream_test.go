@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/labctl/labctl/internal/testbed"
-	. "github.com/labctl/labctl/internal/testbed/upstream"
+	"github.com/labctl/labctl/internal/testing/testbed"
+	. "github.com/labctl/labctl/internal/testing/testbed/upstream"
 	"github.com/labctl/labctl/internal/versions"
 )
 

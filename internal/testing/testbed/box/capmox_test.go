@@ -19,10 +19,10 @@ import (
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
-	"github.com/labctl/labctl/internal/hypervisor/proxmox/pvetest"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/testbed/box"
-	"github.com/labctl/labctl/internal/testbed/pki"
+	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed/box"
+	"github.com/labctl/labctl/internal/testing/testbed/pki"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -39,7 +39,7 @@ const (
 // and the test CA as its tls.caFile, and loads it as labctl would.
 func testLab(t *testing.T, pveURL, caFile string) *config.Lab {
 	t.Helper()
-	data, err := os.ReadFile("../../../examples/lab.yaml")
+	data, err := os.ReadFile("../../../../examples/lab.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

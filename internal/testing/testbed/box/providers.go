@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/labctl/labctl/internal/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // capmoxArgs are the flags of CAPMOX's manager (cmd/main.go in

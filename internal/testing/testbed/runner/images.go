@@ -3,7 +3,7 @@ package runner
 import (
 	"strings"
 
-	"github.com/labctl/labctl/internal/testbed/upstream"
+	"github.com/labctl/labctl/internal/testing/testbed/upstream"
 	"github.com/labctl/labctl/internal/versions"
 )
 

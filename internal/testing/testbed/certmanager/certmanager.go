@@ -53,8 +53,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/labctl/labctl/internal/testbed/pki"
-	"github.com/labctl/labctl/internal/testbed/runner"
+	"github.com/labctl/labctl/internal/testing/testbed/pki"
+	"github.com/labctl/labctl/internal/testing/testbed/runner"
 	"github.com/labctl/labctl/internal/versions"
 )
 
