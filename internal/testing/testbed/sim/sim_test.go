@@ -146,8 +146,8 @@ func TestSimOutput(t *testing.T) {
 	if err := json.Unmarshal(so.Bytes(), &rep); err != nil {
 		t.Fatalf("mgmt status -o json: %v\n%s", err, so.String())
 	}
-	if rep.Server != s.Box.Env.Config.Host || len(rep.Components) == 0 {
-		t.Errorf("mgmt status read %q with %d components, want the box's API server %s and every component", rep.Server, len(rep.Components), s.Box.Env.Config.Host)
+	if host := strings.TrimSuffix(s.Box.Env.Config.Host, "/"); rep.Server != host || len(rep.Components) == 0 {
+		t.Errorf("mgmt status read %q with %d components, want the box's API server %s and every component", rep.Server, len(rep.Components), host)
 	}
 	for _, c := range rep.Components {
 		if c.Ready {
