@@ -23,6 +23,7 @@ import (
 
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/sshtest"
 	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
@@ -63,6 +64,9 @@ type Sim struct {
 	// OfflineDir is the folder for 'mgmt install --offline-dir': the real
 	// charts and providers' release files (standin.UpstreamOffline).
 	OfflineDir string
+	// SSHKeyFile is the lab's management.sshPublicKeyFile: a key made for
+	// the sim.
+	SSHKeyFile string
 	// Kubectl is the test bed's kubectl, which may not be on PATH.
 	Kubectl string
 }
@@ -109,7 +113,10 @@ func Start(t testing.TB) *Sim {
 	if err != nil {
 		t.Fatalf("sim: %v", err)
 	}
-	data, err := LoopbackLab(example, s.PVE.URL, s.CAFile)
+	// The person's own key may not exist (cluster create needs one); no
+	// VM boots in the sim, so a key of its own serves.
+	s.SSHKeyFile, _ = sshtest.UserKey(t)
+	data, err := LoopbackLab(example, s.PVE.URL, s.CAFile, s.SSHKeyFile)
 	if err != nil {
 		t.Fatalf("sim: %v", err)
 	}
@@ -141,14 +148,16 @@ func Start(t testing.TB) *Sim {
 }
 
 // LoopbackLab is examples/lab.yaml (example) with its addresses moved onto
-// loopback, the fake PVE's URL and CA, and the lab named LabName. It
+// loopback, the fake PVE's URL and CA, sshKeyFile as the management
+// VM's key, and the lab named LabName. It
 // fails when the example no longer holds what it replaces, or still names
 // a LAN address outside a comment.
-func LoopbackLab(example []byte, pveURL, caFile string) ([]byte, error) {
+func LoopbackLab(example []byte, pveURL, caFile, sshKeyFile string) ([]byte, error) {
 	s := string(example)
 	for _, r := range [][2]string{
 		{"https://192.168.0.8:8006", pveURL},
 		{"~/.config/labctl/pve-root-ca.pem", caFile},
+		{"~/.ssh/id_ed25519.pub", sshKeyFile},
 		{"192.168.4.", "127.77.0."},
 		{"\n  name: home\n", "\n  name: " + LabName + "\n"},
 	} {

@@ -18,6 +18,7 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/mgmt"
+	"github.com/labctl/labctl/internal/sshkey"
 	"github.com/labctl/labctl/internal/testing/testbed/sim"
 	"github.com/labctl/labctl/internal/ui"
 )
@@ -118,6 +119,11 @@ func TestSimOutput(t *testing.T) {
 	}
 	if lab.Metadata.Name != sim.LabName {
 		t.Errorf("the sim's lab is named %q, want %q (kept apart from the person's own lab's state)", lab.Metadata.Name, sim.LabName)
+	}
+	// cluster create reads the management VM's key; the person may have
+	// none of their own.
+	if _, err := sshkey.Authorized(lab.Management.SSHPublicKeys, lab.Management.SSHPublicKeyFile); err != nil {
+		t.Errorf("the sim's lab gives cluster create no SSH key: %v", err)
 	}
 	px := lab.Hypervisors[0].Proxmox
 	if px == nil || px.URL != s.PVE.URL || px.TLS.CAFile != s.CAFile {
