@@ -191,7 +191,7 @@ In another shell:
   labctl -c "$LAB" mgmt install --kubeconfig "$KUBECONFIG" --offline-dir %s
   labctl -c "$LAB" mgmt status --kubeconfig "$KUBECONFIG"
   labctl -c "$LAB" cluster create lab1 --kubeconfig "$KUBECONFIG"
-  %s get providers -A
+  %s get clusters,machines,proxmoxmachines -A
 
 Ctrl-C here stops everything and removes these files.
 `, s.PVE.URL, s.Kubeconfig, s.Lab, SecretEnv, s.SecretFile, s.Kubeconfig, s.Lab, s.OfflineDir, s.Kubectl)
