@@ -12,6 +12,9 @@
 #                       cluster-autoscaler) into .testbed/bin; not part of
 #                       make test yet (docs/testing.md)
 #   make bench-testbed  cold build of the controllers against a warm run
+#   make sim            a management cluster in a box and a fake Proxmox VE
+#                       on loopback, for labctl by hand: prints a kubeconfig
+#                       and a lab.yaml; Ctrl-C stops everything
 #   make bench-libvirt  labctl's create-to-address time against plain virsh
 #   make fuzz           fuzz the config loader for $(FUZZTIME)
 #   make bench          cold start and peak RSS of labctl version (release build)
@@ -42,7 +45,7 @@ GORELEASER  ?= github.com/goreleaser/goreleaser/v2@v2.15.1
 
 LVBED       := hack/libvirt-testbed
 
-.PHONY: build test lint testbed testbed-controllers bench-testbed fuzz bench bench-libvirt release-check clean help
+.PHONY: build test lint testbed testbed-controllers bench-testbed sim fuzz bench bench-libvirt release-check clean help
 
 # Pure Go, as the releases are: the libvirt driver needs no cgo.
 build: ## build bin/labctl
@@ -85,6 +88,17 @@ testbed-controllers: ## build the real controllers into .testbed/bin when missin
 
 bench-testbed: ## cold build of the real controllers against a warm run (long: see docs/testing.md)
 	hack/bench-testbed.sh controllers
+
+# The sim is a test (internal/testing/testbed/sim, TestSim) so that the
+# box's cleanups stop every process. The test binary is built with go test
+# -c and exec'd: it is then make's own child, in the terminal's process
+# group, where Ctrl-C reaches it, and its exit status is the test's (go
+# test itself exits 1 once it has seen an interrupt, even after a PASS).
+sim: ## the box and a fake PVE for labctl by hand (docs/testing.md); Ctrl-C stops it
+	assets=$$(hack/testenv.sh all | tail -n 1); \
+	$(GO) test -c -o bin/sim.test ./internal/testing/testbed/sim/; \
+	export KUBEBUILDER_ASSETS=$$assets LABCTL_SIM=1 LABCTL_REQUIRE_TESTBED=1 LABCTL_REQUIRE_CONTROLLERS=1; \
+	exec bin/sim.test -test.run '^TestSim$$' -test.count=1 -test.timeout=0 -test.v
 
 fuzz: ## fuzz the config loader (FUZZTIME=2m)
 	$(GO) test -run '^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./internal/config
