@@ -1,0 +1,41 @@
+package testbed
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/labctl/labctl/internal/testing/testbed/pki"
+)
+
+// ExampleCAFile is where examples/lab.yaml's tls.caFile points, under HOME.
+const ExampleCAFile = ".config/labctl/pve-root-ca.pem"
+
+// WriteExampleCA puts a fresh test CA's certificate where
+// examples/lab.yaml's hypervisors[pve].proxmox.tls.caFile names it under
+// home, as the owner copies /etc/pve/pve-root-ca.pem there, and returns
+// the PEM. labctl reads that file to hand CAPMOX the lab's CA.
+func WriteExampleCA(t testing.TB, home string) []byte {
+	t.Helper()
+	ca, err := pki.NewCA("labctl example PVE CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(home, ExampleCAFile)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, ca.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return ca.PEM
+}
+
+// ExampleHome points HOME at a new folder holding the example lab's CA
+// file (WriteExampleCA), for the test's length, and returns the PEM.
+func ExampleHome(t *testing.T) []byte {
+	t.Helper()
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	return WriteExampleCA(t, home)
+}
