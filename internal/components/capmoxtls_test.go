@@ -76,18 +76,10 @@ func TestCAPMOXVerifiesAgainstTheLabCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel, err := upstream.Get(t.Context(), root, "capmox")
+	spec, _, _ := unstructured.NestedMap(cr.Object, "spec")
+	d, err := upstream.DeploymentAsOperator(t.Context(), root, "capmox", spec)
 	if err != nil {
 		t.Fatal(err)
-	}
-	deps := rel.Kind("Deployment")
-	if len(deps) != 1 {
-		t.Fatalf("CAPMOX's release has %d Deployments, want 1", len(deps))
-	}
-	spec, _, _ := unstructured.NestedMap(cr.Object, "spec")
-	d, err := upstream.AsOperator(deps[0], spec)
-	if err != nil {
-		t.Fatalf("the operator would fail on labctl's Provider CR: %v", err)
 	}
 	if d.Name != components.CAPMOXDeployment {
 		t.Errorf("CAPMOX's Deployment is %s, labctl's patch targets %s", d.Name, components.CAPMOXDeployment)

@@ -36,9 +36,11 @@ func ctx(t testing.TB) context.Context {
 }
 
 // ownerLab is the owner's lab (examples/lab.yaml) with the token secret
-// exported and the charts pointed at repoURL (the loopback stand-ins).
+// exported, HOME holding the CA file it names (testbed.ExampleHome) and
+// the charts pointed at repoURL (the loopback stand-ins).
 func ownerLab(t testing.TB, repoURL string) *config.Lab {
 	t.Helper()
+	testbed.ExampleHome(t)
 	t.Setenv("PVE_TOKEN_SECRET", tokenSecret)
 	lab, _, err := config.Load(context.Background(), config.Request{Path: "../../examples/lab.yaml", Explicit: true})
 	if err != nil {

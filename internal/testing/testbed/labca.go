@@ -14,8 +14,9 @@ const ExampleCAFile = ".config/labctl/pve-root-ca.pem"
 // WriteExampleCA puts a fresh test CA's certificate where
 // examples/lab.yaml's hypervisors[pve].proxmox.tls.caFile names it under
 // home, as the owner copies /etc/pve/pve-root-ca.pem there, and returns
-// the PEM. labctl reads that file to hand CAPMOX the lab's CA.
-func WriteExampleCA(t testing.TB, home string) []byte {
+// the CA (to issue the fake PVE's certificate). labctl reads that file to
+// hand CAPMOX the lab's CA.
+func WriteExampleCA(t testing.TB, home string) *pki.CA {
 	t.Helper()
 	ca, err := pki.NewCA("labctl example PVE CA")
 	if err != nil {
@@ -28,12 +29,12 @@ func WriteExampleCA(t testing.TB, home string) []byte {
 	if err := os.WriteFile(p, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return ca.PEM
+	return ca
 }
 
 // ExampleHome points HOME at a new folder holding the example lab's CA
-// file (WriteExampleCA), for the test's length, and returns the PEM.
-func ExampleHome(t *testing.T) []byte {
+// file (WriteExampleCA), for the test's length, and returns the CA.
+func ExampleHome(t testing.TB) *pki.CA {
 	t.Helper()
 	home := t.TempDir()
 	t.Setenv("HOME", home)

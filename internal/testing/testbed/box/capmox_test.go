@@ -73,6 +73,29 @@ func testLab(t *testing.T, pveURL, caFile string) *config.Lab {
 	return lab
 }
 
+// pveLab starts the fake PVE on pveAddr with a certificate signer
+// issued, and loads the test lab aimed at it with trusted's certificate
+// as its tls.caFile (a file of mode 0600), the token secret exported.
+func pveLab(t *testing.T, signer, trusted *pki.CA) (*pvetest.Server, *config.Lab) {
+	t.Helper()
+	pair, err := signer.Serving([]string{"localhost"}, []net.IP{net.ParseIP(pveAddr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No guest boots in the fake, so no guest agent ever answers.
+	fake := pvetest.New(t, pvetest.WithAddr(pveAddr+":0"), pvetest.WithCertificate(cert), pvetest.WithoutGuestAgent())
+	caFile := filepath.Join(t.TempDir(), "pve-root-ca.pem")
+	if err := os.WriteFile(caFile, trusted.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PVE_TOKEN_SECRET", fake.Secret)
+	return fake, testLab(t, fake.URL, caFile)
+}
+
 // capmoxProcess is what CAPMOX's process gets from labctl's rendered
 // stack in a real cluster, with no setting of the test's own:
 //   - env: cluster-api-operator substitutes the configSecret's
@@ -130,18 +153,10 @@ func capmoxProcess(t *testing.T, lab *config.Lab, dir string) (env, args []strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel, err := upstream.Get(t.Context(), root, "capmox")
+	spec, _, _ := unstructured.NestedMap(cr.Object, "spec")
+	d, err := upstream.DeploymentAsOperator(t.Context(), root, "capmox", spec)
 	if err != nil {
 		t.Fatal(err)
-	}
-	deps := rel.Kind("Deployment")
-	if len(deps) != 1 {
-		t.Fatalf("CAPMOX's release has %d Deployments, want 1", len(deps))
-	}
-	spec, _, _ := unstructured.NestedMap(cr.Object, "spec")
-	d, err := upstream.AsOperator(deps[0], spec)
-	if err != nil {
-		t.Fatalf("the operator would fail on labctl's Provider CR: %v", err)
 	}
 	vols := map[string]string{} // volume name -> ConfigMap
 	for _, v := range d.Spec.Template.Spec.Volumes {
@@ -216,22 +231,7 @@ func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := ca.Serving([]string{"localhost"}, []net.IP{net.ParseIP(pveAddr)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// No guest boots in the fake, so no guest agent ever answers.
-	fake := pvetest.New(t, pvetest.WithAddr(pveAddr+":0"), pvetest.WithCertificate(cert), pvetest.WithoutGuestAgent())
-	caFile := filepath.Join(t.TempDir(), "pve-root-ca.pem")
-	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PVE_TOKEN_SECRET", fake.Secret)
-	lab := testLab(t, fake.URL, caFile)
+	fake, lab := pveLab(t, ca, ca)
 
 	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", SSHKeys: []string{sshKey}, Pins: versions.MustGet()})
 	if err != nil {
@@ -456,22 +456,8 @@ func TestRealCAPMOXRefusesAnotherCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := other.Serving([]string{"localhost"}, []net.IP{net.ParseIP(pveAddr)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := pvetest.New(t, pvetest.WithAddr(pveAddr+":0"), pvetest.WithCertificate(cert), pvetest.WithoutGuestAgent())
+	fake, lab := pveLab(t, other, labCA)
 	dir := t.TempDir()
-	caFile := filepath.Join(dir, "pve-root-ca.pem")
-	if err := os.WriteFile(caFile, labCA.PEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PVE_TOKEN_SECRET", fake.Secret)
-	lab := testLab(t, fake.URL, caFile)
 	img := lab.Images[0]
 	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
 	env, args := capmoxProcess(t, lab, dir)

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -133,4 +134,23 @@ func matches(u *unstructured.Unstructured, t map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// DeploymentAsOperator is the named provider's release Deployment (its
+// one Deployment) as the operator makes it from a Provider CR's spec
+// (AsOperator).
+func DeploymentAsOperator(ctx context.Context, root, name string, spec map[string]any) (*appsv1.Deployment, error) {
+	c, err := Get(ctx, root, name)
+	if err != nil {
+		return nil, err
+	}
+	deps := c.Kind("Deployment")
+	if len(deps) != 1 {
+		return nil, fmt.Errorf("%s's release has %d Deployments, want 1", name, len(deps))
+	}
+	d, err := AsOperator(deps[0], spec)
+	if err != nil {
+		return nil, fmt.Errorf("the operator would fail on the Provider CR: %w", err)
+	}
+	return d, nil
 }
