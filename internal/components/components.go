@@ -101,8 +101,8 @@ type Options struct {
 	// ReadSecret reads a Proxmox hypervisor's token secret
 	// ((*config.Hypervisor).ReadTokenSecret). Nil leaves out the objects
 	// that need one or another of the lab's local files (for status and
-	// emitted manifests, which need no secret): the configSecret, and
-	// the ConfigMap with the Proxmox CA (tls.caFile) CAPMOX verifies with.
+	// emitted manifests, which read none): the configSecret, and the
+	// ConfigMap with the Proxmox CA (tls.caFile) CAPMOX verifies with.
 	ReadSecret func(h *config.Hypervisor) (string, error)
 }
 
