@@ -4,6 +4,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -94,7 +95,7 @@ func TestCAPMOXVerifiesAgainstTheLabCA(t *testing.T) {
 		t.Fatal("no manager container")
 	}
 	for _, w := range []string{"--proxmox-insecure=false", "--proxmox-root-cert-file=" + args["--proxmox-root-cert-file"]} {
-		if !contains(manager.Args, w) {
+		if !slices.Contains(manager.Args, w) {
 			t.Errorf("the manager's args %v lack %s", manager.Args, w)
 		}
 	}
@@ -126,15 +127,6 @@ func TestCAPMOXVerifiesAgainstTheLabCA(t *testing.T) {
 	if !webhookCert {
 		t.Error("the patch lost CAPMOX's webhook certificate mount")
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Without the secret reader (status, emitted manifests) the Provider CR

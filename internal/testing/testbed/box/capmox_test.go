@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -256,6 +257,13 @@ func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
 	// Everything CAPMOX knows of the PVE, TLS verification and the CA
 	// included, comes from what labctl rendered.
 	env, args := capmoxProcess(t, lab, t.TempDir())
+	// The lab's tls.caFile asks for verification against its CA: CAPMOX
+	// must be told both (its PROXMOX_INSECURE defaults to "true").
+	if !slices.Contains(args, "--proxmox-insecure=false") || !slices.ContainsFunc(args, func(a string) bool {
+		return strings.HasPrefix(a, "--proxmox-root-cert-file=")
+	}) {
+		t.Fatalf("labctl's stack leaves CAPMOX without verification against the lab's CA: flags %v", args)
+	}
 	b := box.Start(t,
 		box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox"),
 		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...))
