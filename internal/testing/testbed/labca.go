@@ -3,6 +3,7 @@ package testbed
 import (
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
@@ -11,14 +12,19 @@ import (
 // ExampleCAFile is where examples/lab.yaml's tls.caFile points, under HOME.
 const ExampleCAFile = ".config/labctl/pve-root-ca.pem"
 
-// WriteExampleCA puts a fresh test CA's certificate where
+// exampleCA is one CA per test binary, so two runs of labctl in one test
+// (each with its own HOME) see the same caFile, as the owner's machine
+// does, and a re-run has nothing to change.
+var exampleCA = sync.OnceValues(func() (*pki.CA, error) { return pki.NewCA("labctl example PVE CA") })
+
+// WriteExampleCA puts the test binary's example CA certificate where
 // examples/lab.yaml's hypervisors[pve].proxmox.tls.caFile names it under
 // home, as the owner copies /etc/pve/pve-root-ca.pem there, and returns
 // the CA (to issue the fake PVE's certificate). labctl reads that file to
 // hand CAPMOX the lab's CA.
 func WriteExampleCA(t testing.TB, home string) *pki.CA {
 	t.Helper()
-	ca, err := pki.NewCA("labctl example PVE CA")
+	ca, err := exampleCA()
 	if err != nil {
 		t.Fatal(err)
 	}
