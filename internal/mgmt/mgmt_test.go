@@ -437,7 +437,7 @@ func TestDryRunPrintsEveryObjectAndWritesNothing(t *testing.T) {
 		"Namespace capi-system", "CoreProvider capi-system/cluster-api",
 		"Namespace capi-kubeadm-bootstrap-system", "BootstrapProvider capi-kubeadm-bootstrap-system/kubeadm",
 		"Namespace capi-kubeadm-control-plane-system", "ControlPlaneProvider capi-kubeadm-control-plane-system/kubeadm",
-		"Namespace capmox-system", "Secret capmox-system/proxmox-variables", "InfrastructureProvider capmox-system/proxmox",
+		"Namespace capmox-system", "Secret capmox-system/proxmox-variables", "ConfigMap capmox-system/proxmox-ca", "InfrastructureProvider capmox-system/proxmox",
 		"Namespace capi-ipam-in-cluster-system", "IPAMProvider capi-ipam-in-cluster-system/in-cluster",
 		"Namespace cluster-autoscaler", "ServiceAccount cluster-autoscaler/cluster-autoscaler",
 		"ClusterRole labctl-cluster-autoscaler-management", "ClusterRoleBinding labctl-cluster-autoscaler-management",
