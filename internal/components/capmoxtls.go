@@ -43,7 +43,8 @@ type capmoxTLS struct {
 }
 
 // capmoxTLSFor turns the hypervisor's tls block into CAPMOX's settings.
-// A pinned fingerprint is refused: CAPMOX v0.9.0 has no way to pin one
+// A pinned fingerprint is refused (when the files are read, as by mgmt
+// install): CAPMOX v0.9.0 has no way to pin one
 // (its client takes only InsecureSkipVerify and RootCAs, cmd/main.go
 // setupProxmoxClient), and turning verification off instead would be
 // lying about what the lab asked for.
@@ -55,6 +56,10 @@ func capmoxTLSFor(px *config.Hypervisor, readFiles bool) (*capmoxTLS, error) {
 		// The owner turned verification off in lab.yaml; say so to
 		// CAPMOX explicitly rather than rely on its default.
 		return &capmoxTLS{insecure: true}, nil
+	case t.Fingerprint != "" && !readFiles:
+		// Status and the charts of mgmt up apply no Provider: the
+		// refusal is mgmt install's, which would.
+		return &capmoxTLS{}, nil
 	case t.Fingerprint != "":
 		return nil, fmt.Errorf("%s.fingerprint: CAPMOX (the management cluster's Proxmox provider) cannot pin a certificate fingerprint, only verify against CA certificates; "+
 			"set %s.caFile to the Proxmox cluster's CA instead (copy /etc/pve/pve-root-ca.pem from a node) and drop fingerprint", field, field)
