@@ -78,7 +78,8 @@ type result struct {
 }
 
 // run runs labctl in the module root with a clean, private environment:
-// its own HOME (holding the SSH public key examples/lab.yaml names) and
+// its own HOME (holding the SSH public key and the Proxmox CA file
+// examples/lab.yaml names) and
 // XDG_CONFIG_HOME, and PVE_TOKEN_SECRET set.
 func run(t testing.TB, args ...string) result {
 	t.Helper()
@@ -101,6 +102,7 @@ func runEnv(t testing.TB, extra []string, args ...string) result {
 	if err := os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519.pub"), []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIntegration test@labctl\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	testbed.WriteExampleCA(t, home) // the tls.caFile examples/lab.yaml names
 	cmd := exec.CommandContext(t.Context(), bin, args...)
 	cmd.Dir = root
 	cmd.Env = []string{

@@ -100,8 +100,9 @@ type Options struct {
 	IgnoreOffline bool
 	// ReadSecret reads a Proxmox hypervisor's token secret
 	// ((*config.Hypervisor).ReadTokenSecret). Nil leaves out the objects
-	// that need one (for status and emitted manifests, which need no
-	// secret).
+	// that need one or another of the lab's local files (for status and
+	// emitted manifests, which read none): the configSecret, and the
+	// ConfigMap with the Proxmox CA (tls.caFile) CAPMOX verifies with.
 	ReadSecret func(h *config.Hypervisor) (string, error)
 }
 

@@ -16,13 +16,17 @@ import (
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/versions"
 )
 
 const secret = "0d7c2b1e-components-test-secret"
 
+// load loads a lab with HOME pointing at a folder that holds the CA file
+// examples/lab.yaml names (testbed.ExampleHome).
 func load(t *testing.T, path string) *config.Lab {
 	t.Helper()
+	testbed.ExampleHome(t)
 	lab, _, err := config.Load(context.Background(), config.Request{Path: path, Explicit: true})
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,8 @@ type providerDef struct {
 	fetchURL  string
 	gates     map[string]bool
 	secret    *providerSecret
+	// capmoxTLS is how CAPMOX verifies the Proxmox API; set for CAPMOX only.
+	capmoxTLS *capmoxTLS
 }
 
 type providerSecret struct {
@@ -91,6 +93,11 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 				secret: SecretField{Key: "PROXMOX_SECRET", From: from},
 			}
 		}
+		t, err := capmoxTLSFor(px, readSecret != nil)
+		if err != nil {
+			return nil, err
+		}
+		d.capmoxTLS = t
 		defs = append(defs, d)
 	}
 	defs = append(defs, providerDef{kind: "IPAMProvider", ctype: "ipam", name: "in-cluster", namespace: "capi-ipam-in-cluster-system", version: pins.IPAMInCluster})
@@ -166,6 +173,13 @@ func (d providerDef) component(offline string) (Component, error) {
 		// The reference is there even when the Secret was not rendered
 		// (status, emitted manifests): the Provider always needs it.
 		spec["configSecret"] = map[string]any{"name": ProxmoxSecret, "namespace": d.namespace}
+	}
+	if t := d.capmoxTLS; t != nil {
+		if t.caPEM != nil {
+			c.Objects = append(c.Objects, object(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, d.namespace, ProxmoxCA, nil,
+				map[string]any{"data": map[string]any{ProxmoxCAKey: string(t.caPEM)}}))
+		}
+		t.apply(spec)
 	}
 	switch {
 	case offline != "":

@@ -1,15 +1,26 @@
 package mgmt_test
 
 import (
+	"crypto/tls"
 	"encoding/json"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/mgmt"
 	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
+	"github.com/labctl/labctl/internal/testing/testbed/pki"
 	"github.com/labctl/labctl/internal/testing/testbed/standin"
 )
 
@@ -29,9 +40,21 @@ func realBox(t testing.TB) (*box.Box, *pvetest.Server, *config.Lab, string) {
 	box.Require(t, "cluster-api-operator", "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster")
 	b := box.Start(t, box.Bare())
 	// CAPMOX asks its Proxmox for /version when it starts: the fake PVE
-	// answers, on loopback.
-	pve := pvetest.New(t)
+	// answers, on loopback, with a certificate of the test CA the lab's
+	// tls.caFile holds (the file examples/lab.yaml names, under the
+	// test's HOME), so CAPMOX gets an answer only when it verifies with
+	// the CA labctl gave it.
 	lab := ownerLab(t, "http://127.0.0.1:1/no-repository-needed-offline")
+	ca := testbed.ExampleHome(t)
+	pair, err := ca.Serving(nil, []net.IP{pki.Loopback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pve := pvetest.New(t, pvetest.WithCertificate(cert))
 	for i := range lab.Hypervisors {
 		if px := lab.Hypervisors[i].Proxmox; px != nil {
 			px.URL, px.TokenID = pve.URL, pve.TokenID
@@ -76,6 +99,9 @@ func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
 	if !asked {
 		t.Errorf("CAPMOX never asked the fake PVE GET /version with labctl's token (requests: %v)", pve.Requests())
 	}
+	// ... over TLS it verified: the operator made CAPMOX's Deployment
+	// with verification on and the lab's CA mounted where the flag says.
+	checkCAPMOXVerifies(t, b)
 
 	t.Run("status", func(t *testing.T) {
 		var so out
@@ -110,4 +136,62 @@ func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
 		}
 		checkSteps(t, o.stderr.String(), "up to date")
 	})
+}
+
+// checkCAPMOXVerifies reads the CAPMOX Deployment the real operator made
+// from labctl's Provider CR: --proxmox-insecure=false (CAPMOX v0.9.0
+// defaults to true) and --proxmox-root-cert-file naming a file of the
+// ConfigMap with the lab's CA, mounted in the manager container.
+func checkCAPMOXVerifies(t *testing.T, b *box.Box) {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(b.Env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := cs.AppsV1().Deployments("capmox-system").Get(ctx(t), components.CAPMOXDeployment, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading CAPMOX's Deployment: %v", err)
+	}
+	want, err := os.ReadFile(filepath.Join(os.Getenv("HOME"), testbed.ExampleCAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name != "manager" {
+			continue
+		}
+		var file string
+		insecure := "true (CAPMOX's default)"
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--proxmox-root-cert-file="); ok {
+				file = v
+			}
+			if v, ok := strings.CutPrefix(a, "--proxmox-insecure="); ok {
+				insecure = v
+			}
+		}
+		if insecure != "false" || file == "" {
+			t.Fatalf("CAPMOX's manager runs with --proxmox-insecure=%s and --proxmox-root-cert-file=%q: %v", insecure, file, c.Args)
+		}
+		for _, m := range c.VolumeMounts {
+			if path.Clean(m.MountPath) != path.Dir(file) {
+				continue
+			}
+			for _, v := range d.Spec.Template.Spec.Volumes {
+				if v.Name != m.Name || v.ConfigMap == nil {
+					continue
+				}
+				cm, err := cs.CoreV1().ConfigMaps(d.Namespace).Get(ctx(t), v.ConfigMap.Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatalf("reading ConfigMap %s: %v", v.ConfigMap.Name, err)
+				}
+				if cm.Data[path.Base(file)] != string(want) {
+					t.Errorf("ConfigMap %s key %s does not hold the lab's caFile", cm.Name, path.Base(file))
+				}
+				return
+			}
+		}
+		t.Fatalf("nothing is mounted at %s in CAPMOX's manager: %v %v", path.Dir(file), c.VolumeMounts, d.Spec.Template.Spec.Volumes)
+	}
+	t.Fatal("CAPMOX's Deployment has no manager container")
 }

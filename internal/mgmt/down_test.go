@@ -28,7 +28,7 @@ import (
 // as the command factory's Driver does.
 func downBed(t *testing.T) (*pvetest.Server, *config.Lab) {
 	t.Helper()
-	srv := pvetest.New(t, pvetest.WithAddr("127.0.0.2:0"))
+	srv := pvetest.New(t, pvetest.WithAddr("127.0.0.2:0"), pveTLS(t))
 	srv.AddVM("pv1-1", 150, "hand-made", 1024, true, false)
 	srv.AddVM("pv1-1", 151, "labctl-mgmt", 1024, true, false, "labctl", "labctl-lab-work")
 	srv.AddVM("pv1-1", 201, "labctl-mgmt", 8192, true, false, "labctl", "labctl-lab-home")

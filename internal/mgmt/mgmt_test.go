@@ -36,9 +36,11 @@ func ctx(t testing.TB) context.Context {
 }
 
 // ownerLab is the owner's lab (examples/lab.yaml) with the token secret
-// exported and the charts pointed at repoURL (the loopback stand-ins).
+// exported, HOME holding the CA file it names (testbed.ExampleHome) and
+// the charts pointed at repoURL (the loopback stand-ins).
 func ownerLab(t testing.TB, repoURL string) *config.Lab {
 	t.Helper()
+	testbed.ExampleHome(t)
 	t.Setenv("PVE_TOKEN_SECRET", tokenSecret)
 	lab, _, err := config.Load(context.Background(), config.Request{Path: "../../examples/lab.yaml", Explicit: true})
 	if err != nil {
@@ -435,7 +437,7 @@ func TestDryRunPrintsEveryObjectAndWritesNothing(t *testing.T) {
 		"Namespace capi-system", "CoreProvider capi-system/cluster-api",
 		"Namespace capi-kubeadm-bootstrap-system", "BootstrapProvider capi-kubeadm-bootstrap-system/kubeadm",
 		"Namespace capi-kubeadm-control-plane-system", "ControlPlaneProvider capi-kubeadm-control-plane-system/kubeadm",
-		"Namespace capmox-system", "Secret capmox-system/proxmox-variables", "InfrastructureProvider capmox-system/proxmox",
+		"Namespace capmox-system", "Secret capmox-system/proxmox-variables", "ConfigMap capmox-system/proxmox-ca", "InfrastructureProvider capmox-system/proxmox",
 		"Namespace capi-ipam-in-cluster-system", "IPAMProvider capi-ipam-in-cluster-system/in-cluster",
 		"Namespace cluster-autoscaler", "ServiceAccount cluster-autoscaler/cluster-autoscaler",
 		"ClusterRole labctl-cluster-autoscaler-management", "ClusterRoleBinding labctl-cluster-autoscaler-management",

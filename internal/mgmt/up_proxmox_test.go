@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +32,7 @@ import (
 	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/testing/sshtest"
 	"github.com/labctl/labctl/internal/testing/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed/pki"
 	"github.com/labctl/labctl/internal/testing/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
 )
@@ -66,7 +71,13 @@ func proxmoxLabYAML(t *testing.T, srv *pvetest.Server) []byte {
 	}
 	pve := doc["hypervisors"].([]any)[0].(map[string]any)["proxmox"].(map[string]any)
 	pve["url"] = srv.URL
-	pve["tls"] = map[string]any{"fingerprint": proxmox.Fingerprint(srv.Certificate())}
+	// The fake serves a certificate of the test CA (pveTLS); CAPMOX can
+	// verify only against a CA, never pin a fingerprint.
+	caFile := filepath.Join(t.TempDir(), "pve-root-ca.pem")
+	if err := os.WriteFile(caFile, pveCA(t).PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pve["tls"] = map[string]any{"caFile": caFile}
 	doc["network"] = map[string]any{"cidr": "127.0.0.0/24", "gateway": "127.0.0.254", "vlan": 4, "dns": []string{"127.0.0.254"}}
 	m := doc["management"].(map[string]any)
 	m["ip"] = "127.0.0.1"
@@ -89,9 +100,36 @@ type pveBed struct {
 	guest *sshtest.Guest
 }
 
+// pveCA is the test CA of the fake PVEs here, one per test binary.
+var pveCA = func() func(t *testing.T) *pki.CA {
+	once := sync.OnceValues(func() (*pki.CA, error) { return pki.NewCA("labctl mgmt test PVE CA") })
+	return func(t *testing.T) *pki.CA {
+		t.Helper()
+		ca, err := once()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+}()
+
+// pveTLS has the fake PVE on 127.0.0.2 serve a certificate of pveCA.
+func pveTLS(t *testing.T) pvetest.Option {
+	t.Helper()
+	pair, err := pveCA(t).Serving(nil, []net.IP{net.ParseIP("127.0.0.2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pvetest.WithCertificate(cert)
+}
+
 func newPVEBed(t *testing.T, kc []byte) *pveBed {
 	t.Helper()
-	b := &pveBed{srv: pvetest.New(t, pvetest.WithAddr("127.0.0.2:0"),
+	b := &pveBed{srv: pvetest.New(t, pvetest.WithAddr("127.0.0.2:0"), pveTLS(t),
 		pvetest.WithTaskDelay(5*time.Millisecond), pvetest.WithoutGuestAgent()), kc: kc}
 	b.srv.ServeURL(pveImageURL, pveImage)
 	b.lab = proxmoxLab(t, b.srv)

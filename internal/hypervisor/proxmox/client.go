@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -22,7 +21,6 @@ import (
 	pve "github.com/luthermonson/go-proxmox"
 
 	"github.com/labctl/labctl/internal/config"
-	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/common"
 )
@@ -89,17 +87,9 @@ func field(name, path string) string {
 func tlsConfig(name string, t config.TLS, warn io.Writer) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if t.CAFile != "" {
-		path, err := files.ExpandHome(t.CAFile)
+		_, pool, err := (&config.Hypervisor{Name: name, Proxmox: &config.Proxmox{TLS: t}}).ReadCAFile()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field(name, "tls.caFile"), err)
-		}
-		pem, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("%s: reading the CA file: %w (copy /etc/pve/pve-root-ca.pem from the node)", field(name, "tls.caFile"), err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s: %s holds no PEM certificate", field(name, "tls.caFile"), path)
+			return nil, err
 		}
 		tc.RootCAs = pool
 	}

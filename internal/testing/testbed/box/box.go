@@ -70,6 +70,7 @@ type options struct {
 	providers []string
 	crdsOf    []string
 	env       map[string][]string
+	args      map[string][]string
 	bare      bool
 	audit     bool
 }
@@ -107,6 +108,18 @@ func WithEnv(provider string, env ...string) Option {
 			o.env = map[string][]string{}
 		}
 		o.env[provider] = append(o.env[provider], env...)
+	}
+}
+
+// WithArgs adds flags to a provider manager's command line, after the
+// box's own, as a Deployment's container args would: for CAPMOX, the TLS
+// flags labctl's Provider CR gives it.
+func WithArgs(provider string, args ...string) Option {
+	return func(o *options) {
+		if o.args == nil {
+			o.args = map[string][]string{}
+		}
+		o.args[provider] = append(o.args[provider], args...)
 	}
 }
 
@@ -281,7 +294,7 @@ func Start(t testing.TB, opts ...Option) *Box {
 		if fixedWebhookPort[s.name] != 0 {
 			holdPort(t, s.name, s.webhookPort)
 		}
-		b.runEnv(t, s.name, bins[s.name], dir, append(extra, o.env[s.name]...), managerArgs[s.name](s.webhookPort, s.health, s.diag, dir, env.Kubeconfig)...)
+		b.runEnv(t, s.name, bins[s.name], dir, append(extra, o.env[s.name]...), append(managerArgs[s.name](s.webhookPort, s.health, s.diag, dir, env.Kubeconfig), o.args[s.name]...)...)
 	}
 	for _, s := range all {
 		waitReady(t, b.Procs[s.name], s.webhookURL, "http://127.0.0.1:"+strconv.Itoa(s.health)+"/readyz", ca)

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +23,10 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
+	"github.com/labctl/labctl/internal/testing/testbed/upstream"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -70,36 +74,149 @@ func testLab(t *testing.T, pveURL, caFile string) *config.Lab {
 	return lab
 }
 
-// capmoxEnv is what CAPMOX's process gets from labctl's configSecret in a
-// real cluster: cluster-api-operator substitutes the Secret's
-// PROXMOX_URL, PROXMOX_TOKEN and PROXMOX_SECRET into CAPMOX's components,
-// whose Secret capmox-manager-credentials (config/default/
-// proxmox-credentials-secret.yaml, v0.9.0) the Deployment's env reads
-// (manager_credentials_patch.yaml).
-func capmoxEnv(t *testing.T, lab *config.Lab) []string {
+// pveLab starts the fake PVE on pveAddr with a certificate signer
+// issued, and loads the test lab aimed at it with trusted's certificate
+// as its tls.caFile (a file of mode 0600), the token secret exported.
+func pveLab(t *testing.T, signer, trusted *pki.CA) (*pvetest.Server, *config.Lab) {
+	t.Helper()
+	pair, err := signer.Serving([]string{"localhost"}, []net.IP{net.ParseIP(pveAddr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No guest boots in the fake, so no guest agent ever answers.
+	fake := pvetest.New(t, pvetest.WithAddr(pveAddr+":0"), pvetest.WithCertificate(cert), pvetest.WithoutGuestAgent())
+	caFile := filepath.Join(t.TempDir(), "pve-root-ca.pem")
+	if err := os.WriteFile(caFile, trusted.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PVE_TOKEN_SECRET", fake.Secret)
+	return fake, testLab(t, fake.URL, caFile)
+}
+
+// capmoxProcess is what CAPMOX's process gets from labctl's rendered
+// stack in a real cluster, with no setting of the test's own:
+//   - env: cluster-api-operator substitutes the configSecret's
+//     PROXMOX_URL, PROXMOX_TOKEN and PROXMOX_SECRET into CAPMOX's
+//     components, whose Secret capmox-manager-credentials (config/default/
+//     proxmox-credentials-secret.yaml, v0.9.0) the Deployment's env reads
+//     (manager_credentials_patch.yaml);
+//   - args and files: the operator makes CAPMOX's release Deployment
+//     from the Provider CR (upstream.AsOperator: spec.deployment.containers
+//     and spec.patches), and kubelet mounts the ConfigMaps labctl renders
+//     where the manager container mounts them. The box has no mount
+//     namespace, so each mountPath is a folder under dir, and a flag
+//     naming a file under it is mapped there (as the runner maps them).
+//
+// Only the flags labctl's Provider CR sets are returned: the box gives
+// the manager its own listeners and kubeconfig (box.capmoxArgs).
+func capmoxProcess(t *testing.T, lab *config.Lab, dir string) (env, args []string) {
 	t.Helper()
 	cs, err := components.Build(lab, versions.MustGet(), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var cr *unstructured.Unstructured
+	configMaps := map[string]map[string]string{}
 	for _, c := range cs {
+		if c.Provider == nil || c.Provider.Name != "proxmox" {
+			continue
+		}
 		for _, o := range c.Objects {
-			if o.GetKind() != "Secret" || o.GetName() != components.ProxmoxSecret {
-				continue
-			}
-			data, _, _ := unstructured.NestedStringMap(o.Object, "data")
-			var env []string
-			for _, k := range []string{"PROXMOX_URL", "PROXMOX_TOKEN", "PROXMOX_SECRET"} {
-				v, err := base64.StdEncoding.DecodeString(data[k])
-				if err != nil || len(v) == 0 {
-					t.Fatalf("configSecret %s: key %s is missing or not base64: %v", components.ProxmoxSecret, k, err)
+			switch o.GetKind() {
+			case c.Provider.GVK.Kind:
+				cr = o
+			case "ConfigMap":
+				configMaps[o.GetName()], _, _ = unstructured.NestedStringMap(o.Object, "data")
+			case "Secret":
+				if o.GetName() != components.ProxmoxSecret {
+					continue
 				}
-				env = append(env, k+"="+string(v))
+				data, _, _ := unstructured.NestedStringMap(o.Object, "data")
+				for _, k := range []string{"PROXMOX_URL", "PROXMOX_TOKEN", "PROXMOX_SECRET"} {
+					v, err := base64.StdEncoding.DecodeString(data[k])
+					if err != nil || len(v) == 0 {
+						t.Fatalf("configSecret %s: key %s is missing or not base64: %v", components.ProxmoxSecret, k, err)
+					}
+					env = append(env, k+"="+string(v))
+				}
 			}
-			return env
 		}
 	}
-	t.Fatalf("labctl renders no configSecret %s for CAPMOX", components.ProxmoxSecret)
+	if cr == nil || env == nil {
+		t.Fatalf("labctl renders no CAPMOX Provider CR or no configSecret %s", components.ProxmoxSecret)
+	}
+
+	root, err := testbed.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _, _ := unstructured.NestedMap(cr.Object, "spec")
+	d, err := upstream.DeploymentAsOperator(t.Context(), root, "capmox", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols := map[string]string{} // volume name -> ConfigMap
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil {
+			vols[v.Name] = v.ConfigMap.Name
+		}
+	}
+	mounts := map[string]string{} // mountPath -> local folder
+	var manager []string
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name != "manager" {
+			continue
+		}
+		manager = c.Args
+		for _, m := range c.VolumeMounts {
+			data, ok := configMaps[vols[m.Name]]
+			if !ok {
+				continue // not one of labctl's (the webhook certificate: the box's own)
+			}
+			local := filepath.Join(dir, filepath.FromSlash(m.MountPath))
+			if err := os.MkdirAll(local, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range data {
+				if err := os.WriteFile(filepath.Join(local, k), []byte(v), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mounts[m.MountPath] = local
+		}
+	}
+	ours := managerArgsOf(cr)
+	for _, a := range manager {
+		name, value, _ := strings.Cut(a, "=")
+		if _, ok := ours[name]; !ok {
+			continue
+		}
+		for mp, local := range mounts {
+			if rest, ok := strings.CutPrefix(value, mp+"/"); ok {
+				value = filepath.Join(local, filepath.FromSlash(rest))
+			}
+		}
+		args = append(args, name+"="+value)
+	}
+	if len(args) != len(ours) {
+		t.Fatalf("CAPMOX's Deployment args %v lack some of the Provider CR's %v", manager, ours)
+	}
+	return env, args
+}
+
+// managerArgsOf are the args a Provider CR gives the manager container.
+func managerArgsOf(cr *unstructured.Unstructured) map[string]string {
+	cs, _, _ := unstructured.NestedSlice(cr.Object, "spec", "deployment", "containers")
+	for _, c := range cs {
+		if m, _ := c.(map[string]any); m["name"] == "manager" {
+			args, _, _ := unstructured.NestedStringMap(m, "args")
+			return args
+		}
+	}
 	return nil
 }
 
@@ -115,22 +232,7 @@ func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := ca.Serving([]string{"localhost"}, []net.IP{net.ParseIP(pveAddr)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// No guest boots in the fake, so no guest agent ever answers.
-	fake := pvetest.New(t, pvetest.WithAddr(pveAddr+":0"), pvetest.WithCertificate(cert), pvetest.WithoutGuestAgent())
-	caFile := filepath.Join(t.TempDir(), "pve-root-ca.pem")
-	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PVE_TOKEN_SECRET", fake.Secret)
-	lab := testLab(t, fake.URL, caFile)
+	fake, lab := pveLab(t, ca, ca)
 
 	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", SSHKeys: []string{sshKey}, Pins: versions.MustGet()})
 	if err != nil {
@@ -152,17 +254,19 @@ func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
 		before[v.ID] = true
 	}
 
-	env := append(capmoxEnv(t, lab),
-		// CAPMOX v0.9.0 cmd/main.go: PROXMOX_INSECURE defaults to "true"
-		// (skip verification); the box turns verification on, and Go's
-		// system pool (tlshelper.SystemRootsWithFile returns nil without
-		// --proxmox-root-cert-file) reads SSL_CERT_FILE.
-		"PROXMOX_INSECURE=false",
-		"SSL_CERT_FILE="+caFile,
-	)
+	// Everything CAPMOX knows of the PVE, TLS verification and the CA
+	// included, comes from what labctl rendered.
+	env, args := capmoxProcess(t, lab, t.TempDir())
+	// The lab's tls.caFile asks for verification against its CA: CAPMOX
+	// must be told both (its PROXMOX_INSECURE defaults to "true").
+	if !slices.Contains(args, "--proxmox-insecure=false") || !slices.ContainsFunc(args, func(a string) bool {
+		return strings.HasPrefix(a, "--proxmox-root-cert-file=")
+	}) {
+		t.Fatalf("labctl's stack leaves CAPMOX without verification against the lab's CA: flags %v", args)
+	}
 	b := box.Start(t,
 		box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox"),
-		box.WithEnv("capmox", env...))
+		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...))
 	kc := kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -341,4 +445,70 @@ func rangeOf(t *testing.T, r string) (net.IP, net.IP) {
 func between(ip, lo, hi net.IP) bool {
 	ip = ip.To4()
 	return ip != nil && string(ip) >= string(lo) && string(ip) <= string(hi)
+}
+
+// The real CAPMOX, given only what labctl rendered for a lab whose
+// tls.caFile is one CA, refuses a PVE whose certificate another CA
+// signed: its client asks /version before its manager starts
+// (cmd/main.go setupProxmoxClient, v0.9.0), the handshake fails, and it
+// exits. No request reaches the fake, so no VM is cloned. (Before labctl
+// rendered the TLS settings, CAPMOX's default PROXMOX_INSECURE "true"
+// took any certificate.)
+func TestRealCAPMOXRefusesAnotherCA(t *testing.T) {
+	box.Require(t, "capmox")
+	labCA, err := pki.NewCA("labctl test PVE CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewCA("another CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, lab := pveLab(t, other, labCA)
+	dir := t.TempDir()
+	img := lab.Images[0]
+	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
+	env, args := capmoxProcess(t, lab, dir)
+
+	// CAPMOX makes its manager (which only reads the kubeconfig) before
+	// its Proxmox client, so no API server is needed to reach the
+	// refusal: the kubeconfig names a loopback port nothing serves.
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: none, user: {token: none}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+current-context: none
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(testbed.Assets(t), "capmox"), append([]string{
+		"--kubeconfig=" + kubeconfig, "--leader-elect=false",
+		"--health-probe-bind-address=127.0.0.1:0", "--diagnostics-address=127.0.0.1:0", "--insecure-diagnostics",
+	}, args...)...)
+	cmd.Env = append(append(os.Environ(), "TMPDIR="+dir), env...)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("CAPMOX still ran after 2 minutes against a PVE of another CA; requests: %s\n%s", requestSummary(fake), out)
+	}
+	if err == nil {
+		t.Fatalf("CAPMOX exited 0 against a PVE of another CA:\n%s", out)
+	}
+	for _, w := range []string{"unable to setup proxmox API client", "x509: certificate signed by unknown authority"} {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("CAPMOX's output lacks %q:\n%s", w, out)
+		}
+	}
+	if reqs := fake.Requests(); len(reqs) != 0 {
+		t.Errorf("the fake PVE of another CA answered CAPMOX:\n%s", requestSummary(fake))
+	}
+	if _, ok := findClone(fake, map[int]bool{templateID: true}); ok {
+		t.Errorf("a VM was cloned: %+v", fake.VMs())
+	}
+	if strings.Contains(string(out), fake.Secret) {
+		t.Error("CAPMOX's output carries the token secret")
+	}
 }

@@ -18,7 +18,8 @@
 // ports (9443 webhook, 9440 health, 8443 metrics...) would collide, so the
 // runner moves each listen flag (Image.Addrs, Image.Ports) to a free
 // loopback port, and maps the container's ports (for probes and Service
-// targetPorts) to them. A flag naming a mounted path is mapped into the
+// targetPorts) to them. A flag naming a mounted path (--flag=path or --flag
+// path, or a file under it) is mapped into the
 // process's folder, and a certificate-folder flag left at its default is
 // set to the mapped default. And controller-runtime's leader election is
 // turned off (Image.CRLeaderElection says why).
@@ -879,7 +880,7 @@ func commandLine(c corev1.Container, im Image, mounts []mount, root string, env 
 	}
 	args = append(args, c.Args...)
 	for i := range args {
-		args[i] = mapPaths(expand(args[i], vars), mounts)
+		args[i] = mapArg(expand(args[i], vars), mounts)
 	}
 	ports := map[int32]int{}
 	for flagName, def := range im.Addrs {
@@ -966,6 +967,17 @@ func portOf(addr string) (int, bool) {
 	}
 	p, err := strconv.Atoi(port)
 	return p, err == nil && p > 0
+}
+
+// mapArg maps a path in one argument: the whole argument (a value after
+// its flag, or a positional one), or the value of --name=value, as
+// --proxmox-root-cert-file=/etc/labctl/proxmox-ca/ca.crt names a file of
+// a mount.
+func mapArg(a string, mounts []mount) string {
+	if name, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "-") {
+		return name + "=" + mapPaths(v, mounts)
+	}
+	return mapPaths(a, mounts)
 }
 
 // mapPaths maps a value naming a mounted path (or lying under one) into
