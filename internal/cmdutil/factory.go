@@ -117,14 +117,8 @@ func (f *Factory) connectMgmt(ctx context.Context, pick func(explicit, lab strin
 	if m.Note != "" {
 		fmt.Fprintln(f.IO.Err, f.IO.Styles(f.IO.Err).Warn(m.Note))
 	}
-	if err := m.Check(); err != nil {
-		return nil, err
-	}
-	c, err := f.Connect(m.Path)
+	c, err := m.ConnectWith(f.Connect)
 	if err != nil {
-		if m.From != kube.FromStored {
-			return nil, fmt.Errorf("%w (from %s)", err, m.From)
-		}
 		return nil, err
 	}
 	if f.Settings.Verbose >= 3 {

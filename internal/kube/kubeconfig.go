@@ -115,11 +115,16 @@ func (m Mgmt) Check() error {
 }
 
 // Connect checks m and connects to the cluster it names.
-func (m Mgmt) Connect() (*Client, error) {
+func (m Mgmt) Connect() (*Client, error) { return m.ConnectWith(Connect) }
+
+// ConnectWith is Connect through connect (the command factory's, which
+// tests wrap): the error of a kubeconfig the user named says which setting
+// named it.
+func (m Mgmt) ConnectWith(connect func(path string) (*Client, error)) (*Client, error) {
 	if err := m.Check(); err != nil {
 		return nil, err
 	}
-	c, err := Connect(m.Path)
+	c, err := connect(m.Path)
 	if err != nil && m.From != FromStored {
 		return nil, fmt.Errorf("%w (from %s)", err, m.From)
 	}
