@@ -11,14 +11,7 @@ package libvirttest
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -28,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/labctl/labctl/internal/testing/testbed/pki"
 )
 
 // Daemon is one running test libvirtd.
@@ -195,61 +190,30 @@ func (d *Daemon) stop() {
 // client certificate, with the key usages libvirt checks
 // (src/rpc/virnettlscontext.c, virNetTLSContextCheckCert).
 func (d *Daemon) makePKI() error {
-	pki := filepath.Join(d.Dir, "pki")
-	if err := os.MkdirAll(pki, 0o700); err != nil {
+	dir := filepath.Join(d.Dir, "pki")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA("labctl test CA")
 	if err != nil {
 		return err
 	}
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "labctl test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	server, err := ca.Serving(nil, []net.IP{pki.Loopback})
 	if err != nil {
 		return err
 	}
-	if err := writePEM(filepath.Join(pki, "cacert.pem"), "CERTIFICATE", caDER); err != nil {
+	client, err := ca.Client("labctl test client")
+	if err != nil {
 		return err
 	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, certFile, keyFile string) error {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
+	d.CAFile, d.CertFile, d.KeyFile = filepath.Join(dir, "cacert.pem"), filepath.Join(dir, "clientcert.pem"), filepath.Join(dir, "clientkey.pem")
+	for path, data := range map[string][]byte{
+		d.CAFile: ca.PEM, d.CertFile: client.Cert, d.KeyFile: client.Key,
+		filepath.Join(dir, "servercert.pem"): server.Cert, filepath.Join(dir, "serverkey.pem"): server.Key,
+	} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
 			return err
 		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn, Organization: []string{"labctl test"}},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-			ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		}
-		if usage == x509.ExtKeyUsageServerAuth {
-			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			return err
-		}
-		kb, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			return err
-		}
-		if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
-			return err
-		}
-		return writePEM(keyFile, "PRIVATE KEY", kb)
 	}
-	if err := leaf(2, "127.0.0.1", x509.ExtKeyUsageServerAuth, filepath.Join(pki, "servercert.pem"), filepath.Join(pki, "serverkey.pem")); err != nil {
-		return err
-	}
-	d.CAFile, d.CertFile, d.KeyFile = filepath.Join(pki, "cacert.pem"), filepath.Join(pki, "clientcert.pem"), filepath.Join(pki, "clientkey.pem")
-	return leaf(3, "labctl test client", x509.ExtKeyUsageClientAuth, d.CertFile, d.KeyFile)
-}
-
-func writePEM(path, typ string, der []byte) error {
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+	return nil
 }

@@ -67,23 +67,35 @@ func (ca *CA) Serving(dnsNames []string, ips []net.IP) (Pair, error) {
 	return serving(dnsNames, ips, ca)
 }
 
+// Client signs a TLS client certificate for cn, valid for a day (libvirt's
+// qemu+tls:// client certificate).
+func (ca *CA) Client(cn string) (Pair, error) {
+	return leaf(pkix.Name{CommonName: cn, Organization: []string{"labctl test"}}, nil, nil, x509.ExtKeyUsageClientAuth, ca)
+}
+
 // serving makes a server certificate signed by ca, or by its own key when
 // ca is nil.
 func serving(dnsNames []string, ips []net.IP, ca *CA) (Pair, error) {
+	return leaf(pkix.Name{CommonName: firstName(dnsNames, ips)}, dnsNames, ips, x509.ExtKeyUsageServerAuth, ca)
+}
+
+// leaf makes a certificate for usage signed by ca, or by its own key when
+// ca is nil.
+func leaf(subject pkix.Name, dnsNames []string, ips []net.IP, usage x509.ExtKeyUsage, ca *CA) (Pair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return Pair{}, fmt.Errorf("making a serving key: %w", err)
+		return Pair{}, fmt.Errorf("making a key for %s: %w", subject.CommonName, err)
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          nextSerial(),
-		Subject:               pkix.Name{CommonName: firstName(dnsNames, ips)},
+		Subject:               subject,
 		DNSNames:              dnsNames,
 		IPAddresses:           ips,
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(24 * time.Hour),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:           []x509.ExtKeyUsage{usage},
 		BasicConstraintsValid: true,
 	}
 	parent, signer := tmpl, key
@@ -92,7 +104,7 @@ func serving(dnsNames []string, ips []net.IP, ca *CA) (Pair, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
 	if err != nil {
-		return Pair{}, fmt.Errorf("signing a serving certificate for %v %v: %w", dnsNames, ips, err)
+		return Pair{}, fmt.Errorf("signing a certificate for %s: %w", subject.CommonName, err)
 	}
 	return pairOf(der, key)
 }
