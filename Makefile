@@ -54,11 +54,13 @@ build: ## build bin/labctl
 
 # The test bed scripts print progress on stderr and their result on the
 # last stdout line; envtest finds the binaries through KUBEBUILDER_ASSETS.
+# The whole test bed is built, the real controllers too (docs/testing.md:
+# cold, tens of minutes; warm, seconds).
 # As root, the real-VM tests run too: the test image is built when missing,
 # libvirtd is started, and stopped again whatever the tests do. Without root
 # they skip (and fail under CI).
 test: ## run every test; builds the test beds first when they are missing
-	assets=$$(hack/testenv.sh | tail -n 1); \
+	assets=$$(hack/testenv.sh all | tail -n 1); \
 	echo "KUBEBUILDER_ASSETS=$$assets"; \
 	if [ "$$(id -u)" = 0 ]; then \
 		image=$$($(LVBED)/build-image.sh | tail -n 1); \
@@ -79,8 +81,8 @@ lint: ## fail on unformatted files, then go vet
 	echo "gofmt: clean"
 	$(GO) vet ./...
 
-testbed: ## build etcd, kube-apiserver and kubectl (and, as root, the test image) when missing
-	hack/testenv.sh
+testbed: ## build the test bed, the real controllers too (and, as root, the test image) when missing
+	hack/testenv.sh all
 	if [ "$$(id -u)" = 0 ]; then $(LVBED)/build-image.sh; fi
 
 testbed-controllers: ## build the real controllers into .testbed/bin when missing (docs/testing.md)

@@ -73,8 +73,14 @@ build() { # binary name
   [[ $dir = /* ]] || dir=$root/$dir
   if built "$out/$name" "$want"; then echo "testbed: $name present" >&2; return; fi
   if [ ! -f "$dir/go.mod" ]; then
-    echo "testbed: cannot build $name: $dir/go.mod is missing; the upstream source must be beside the checkout as ../shared (read-only is fine), or set LABCTL_SHARED to its folder" >&2
-    exit 1
+    local why="$dir/go.mod is missing; the upstream source must be beside the checkout as ../shared (read-only is fine), or set LABCTL_SHARED to its folder"
+    if [ -n "${CI:-}${LABCTL_REQUIRE_TESTBED:-}" ]; then
+      echo "testbed: cannot build $name: $why" >&2
+      exit 1
+    fi
+    # Outside CI the tests that need it skip, saying why.
+    echo "testbed: skipping $name: $why" >&2
+    return
   fi
   local from=$want
   [ "$want" != - ] || from=$dir

@@ -129,14 +129,7 @@ func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
 	if o.Output != "" && o.Output != "text" && !o.DryRun {
 		return nil, fmt.Errorf("-o %s prints the objects of a dry run; add --dry-run", o.Output)
 	}
-	readSecret := (*config.Hypervisor).ReadTokenSecret
-	if o.DryRun {
-		// A dry run never reads a secret, as its help says: the Secret is
-		// printed with where its value would come from (print.go), and
-		// the plan does not compare it with the cluster's (planProvider).
-		readSecret = func(*config.Hypervisor) (string, error) { return "", nil }
-	}
-	comps, err := components.Build(o.Lab, versions.MustGet(), components.Options{OfflineDir: o.OfflineDir, ReadSecret: readSecret})
+	comps, err := buildComponents(o.Lab, o.OfflineDir, o.DryRun)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +159,20 @@ func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
 	}
 	step.Println(ctx, o.IO.Err, fmt.Sprintf("Management stack onto %s (Kubernetes %s), charts through %s", kc.Host(), v.GitVersion, how))
 	return in, nil
+}
+
+// buildComponents renders the stack as mgmt install applies it, reading
+// the files the lab names (the Proxmox CA, and the token secrets unless
+// dryRun), so every refusal of the lab's settings comes from here.
+func buildComponents(lab *config.Lab, offlineDir string, dryRun bool) ([]components.Component, error) {
+	readSecret := (*config.Hypervisor).ReadTokenSecret
+	if dryRun {
+		// A dry run never reads a secret, as its help says: the Secret is
+		// printed with where its value would come from (print.go), and
+		// the plan does not compare it with the cluster's (planProvider).
+		readSecret = func(*config.Hypervisor) (string, error) { return "", nil }
+	}
+	return components.Build(lab, versions.MustGet(), components.Options{OfflineDir: offlineDir, ReadSecret: readSecret})
 }
 
 func newHelm(kc *kube.Client, io *ui.IO, verbose int) *helm.Client {

@@ -57,6 +57,14 @@ func (s *StackInstaller) K3sManifests(lab *config.Lab) ([]cloudinit.File, error)
 	return files, nil
 }
 
+// Check renders the stack as Install will, so that what Install would
+// refuse (a fingerprint-pinned CAPMOX hypervisor, a missing token file)
+// is refused before mgmt up makes the VM.
+func (s *StackInstaller) Check(lab *config.Lab, dryRun bool) error {
+	_, err := buildComponents(lab, "", dryRun)
+	return err
+}
+
 // Install runs mgmt install against the cluster the kubeconfig reaches.
 func (s *StackInstaller) Install(ctx context.Context, lab *config.Lab, kubeconfig string) error {
 	c, err := s.Connect(kubeconfig)

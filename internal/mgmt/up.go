@@ -39,6 +39,9 @@ type Installer interface {
 	// K3sManifests are files for k3s's auto-deploy folder (HelmChart
 	// objects), placed by cloud-init when the VM is created. May be empty.
 	K3sManifests(lab *config.Lab) ([]cloudinit.File, error)
+	// Check refuses a lab that Install would refuse, before mgmt up makes
+	// anything; a dry run reads no secret.
+	Check(lab *config.Lab, dryRun bool) error
 	// Install installs the management stack onto the cluster the
 	// kubeconfig file reaches and waits until it is ready.
 	Install(ctx context.Context, lab *config.Lab, kubeconfig string) error
@@ -128,6 +131,9 @@ func NewUp(lab *config.Lab, drv hypervisor.Driver, o UpOptions) (*UpRun, error) 
 	}
 	if u.opts.APITimeout == 0 {
 		u.opts.APITimeout = 15 * time.Minute
+	}
+	if err := u.opts.Installer.Check(lab, o.DryRun); err != nil {
+		return nil, fmt.Errorf("mgmt install would refuse this lab after the VM is made, so nothing was made: %w", err)
 	}
 	u.image = hypervisor.ImageSpec{Node: m.Node, URL: m.Image.URL, Checksum: m.Image.Checksum, ChecksumURL: m.Image.ChecksumURL}
 	if iu, err := url.Parse(m.Image.URL); err == nil {

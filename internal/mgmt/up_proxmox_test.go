@@ -434,3 +434,30 @@ func TestUpOnProxmoxConnectsFirst(t *testing.T) {
 		t.Errorf("the connect step is not first, or a later step ran:\n%s", out.String())
 	}
 }
+
+// CAPMOX cannot pin a fingerprint, so mgmt install refuses such a lab;
+// mgmt up must refuse it before it makes the VM, not after, in a real run
+// and in a dry run alike.
+func TestUpOnProxmoxRefusesAFingerprintLabBeforeTheVM(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	b := newPVEBed(t, nil)
+	p := *b.lab.Hypervisors[0].Proxmox
+	p.TLS = config.TLS{Fingerprint: strings.Repeat("AB:", 31) + "AB"}
+	b.lab.Hypervisors[0].Proxmox = &p
+	for _, dry := range []bool{false, true} {
+		b.srv.ResetRequests()
+		var out bytes.Buffer
+		err := Up(t.Context(), UpOptions{IO: &ui.IO{Out: &out, Err: &out}, Lab: b.lab, Source: config.Source{Name: "lab.yaml"}, DryRun: dry, AddressTimeout: 2 * time.Second, APITimeout: 2 * time.Second,
+			Driver: func(context.Context, string) (hypervisor.Driver, error) { return b.drv, nil }})
+		if err == nil || !strings.Contains(err.Error(), "hypervisors[pve].proxmox.tls.fingerprint") ||
+			!strings.Contains(err.Error(), "set hypervisors[pve].proxmox.tls.caFile") || !strings.Contains(err.Error(), "nothing was made") {
+			t.Fatalf("dry run %v: mgmt up on a fingerprint-only lab = %v\n%s", dry, err, out.String())
+		}
+		if n := b.srv.Writes(); n != 0 {
+			t.Errorf("dry run %v: %d writes reached the Proxmox API before the refusal: %v", dry, n, b.srv.Requests())
+		}
+		if vms := b.labVMs(t); len(vms) != 0 {
+			t.Errorf("dry run %v: VMs made: %v", dry, vms)
+		}
+	}
+}

@@ -222,6 +222,8 @@ func (r *recordingInstaller) K3sManifests(*config.Lab) ([]cloudinit.File, error)
 	return []cloudinit.File{{Path: "labctl-stack.yaml", Content: []byte("apiVersion: helm.cattle.io/v1\nkind: HelmChart\n")}}, nil
 }
 
+func (r *recordingInstaller) Check(*config.Lab, bool) error { return nil }
+
 func (r *recordingInstaller) Install(_ context.Context, _ *config.Lab, kubeconfig string) error {
 	r.kubeconfigs = append(r.kubeconfigs, kubeconfig)
 	return nil

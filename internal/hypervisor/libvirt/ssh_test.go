@@ -67,12 +67,12 @@ func writeKey(t *testing.T, path string, priv ed25519.PrivateKey) {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, release, err := testbed.ReservePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	t.Cleanup(release)
+	return strconv.Itoa(p)
 }
 
 func startSSHD(t *testing.T) *testSSHD {

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
 )
 
@@ -34,6 +35,7 @@ type Daemon struct {
 	CAFile, CertFile, KeyFile string
 	cmd                       *exec.Cmd
 	log                       string
+	releasePort               func()
 }
 
 var (
@@ -109,12 +111,11 @@ func start() (*Daemon, error) {
 	if err := d.makePKI(); err != nil {
 		return nil, fmt.Errorf("making the test PKI: %w", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, release, err := testbed.ReservePort()
 	if err != nil {
 		return nil, err
 	}
-	d.TLSPort = strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	_ = l.Close()
+	d.TLSPort, d.releasePort = strconv.Itoa(port), release
 	conf := fmt.Sprintf(`unix_sock_dir = %q
 unix_sock_rw_perms = "0700"
 unix_sock_ro_perms = "0700"
@@ -184,6 +185,9 @@ func (d *Daemon) stop() {
 		}
 	}
 	_ = os.RemoveAll(d.Dir)
+	if d.releasePort != nil {
+		d.releasePort()
+	}
 }
 
 // makePKI writes a CA, the daemon's certificate for 127.0.0.1 and a

@@ -194,7 +194,7 @@ func Start(t testing.TB, opts ...Option) *Box {
 	var all []*served
 	var crds []*apiextensionsv1.CustomResourceDefinition
 	for _, name := range o.providers {
-		ports, err := freePorts(3)
+		ports, err := freePorts(t, 3)
 		if err != nil {
 			t.Fatalf("box: %v", err)
 		}
@@ -327,11 +327,8 @@ func requireBinaries(t testing.TB, bins map[string]string) {
 		return
 	}
 	msg := fmt.Sprintf("box: %s missing beside kube-apiserver; build them with 'hack/testenv.sh controllers'", strings.Join(missing, ", "))
-	// Not testbed.Required (CI): make test does not build the controllers
-	// yet (their cold build is long; docs/testing.md). Once it does, this
-	// follows testbed.Required like every other test bed part.
-	if os.Getenv(EnvRequire) != "" {
-		t.Fatalf("%s [not skipped: %s is set]", msg, EnvRequire)
+	if testbed.Required() || os.Getenv(EnvRequire) != "" {
+		t.Fatalf("%s [not skipped: CI, %s or %s is set]", msg, testbed.EnvRequire, EnvRequire)
 	}
 	t.Skip(msg)
 }
@@ -437,23 +434,17 @@ func probe(hc *http.Client, url string) error {
 	return nil
 }
 
-// freePorts finds n free loopback ports. Another process may take one
-// before the manager binds it; then its start fails loudly.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
+// freePorts reserves n loopback ports (testbed.ReservePort) until the
+// test ends.
+func freePorts(t testing.TB, n int) ([]int, error) {
 	var ports []int
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p, release, err := testbed.ReservePort()
 		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
+			return nil, err
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		t.Cleanup(release)
+		ports = append(ports, p)
 	}
 	return ports, nil
 }

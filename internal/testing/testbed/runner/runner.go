@@ -568,7 +568,7 @@ func (r *Runner) prepare(ctx context.Context, d *appsv1.Deployment, c corev1.Con
 	if err != nil {
 		return nil, err
 	}
-	args, ports, err := commandLine(c, im, mounts, root, env)
+	args, ports, err := commandLine(c, im, mounts, root, env, r.reservePort)
 	if err != nil {
 		return nil, fmt.Errorf("Deployment %s/%s: %w", d.Namespace, d.Name, err)
 	}
@@ -868,7 +868,7 @@ func writeFile(path string, data []byte) error {
 // which the binary replaces), $(VAR)-expanded, with mounted paths mapped
 // and every listener moved to a free loopback port. It returns the map of
 // the container's ports to the local ones.
-func commandLine(c corev1.Container, im Image, mounts []mount, root string, env []string) ([]string, map[int32]int, error) {
+func commandLine(c corev1.Container, im Image, mounts []mount, root string, env []string, freePort func() (int, error)) ([]string, map[int32]int, error) {
 	vars := map[string]string{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -997,13 +997,19 @@ func mapPaths(v string, mounts []mount) string {
 	return m.local + strings.TrimPrefix(v, strings.TrimSuffix(m.path, "/"))
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// reservePort reserves a loopback port (testbed.ReservePort) until Stop.
+func (r *Runner) reservePort() (int, error) {
+	p, release, err := testbed.ReservePort()
 	if err != nil {
 		return 0, fmt.Errorf("finding a free loopback port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.portLocks == nil {
+		r.portLocks = map[int]func(){}
+	}
+	r.portLocks[p] = release
+	return p, nil
 }
 
 // localPort maps a container port (a number or a port name) to where the
