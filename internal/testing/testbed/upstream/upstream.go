@@ -37,6 +37,21 @@ import (
 	"github.com/labctl/labctl/internal/versions"
 )
 
+// goHome is where go looks for its module cache, build cache and env
+// file, as the test process found them when it started: tests that point
+// HOME or XDG_* at a temporary folder must not send go mod download to a
+// new, empty module cache there (whose read-only files the temporary
+// folder's cleanup then cannot remove, unless it runs as root).
+var goHome = func() []string {
+	var env []string
+	for _, k := range []string{"HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "GOPATH", "GOMODCACHE", "GOCACHE"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}()
+
 // Provider is one upstream component: a module, the test bed wrapper that
 // pins its version, and the folder of its release kustomization.
 type Provider struct {
@@ -133,7 +148,7 @@ func Locate(ctx context.Context, root string, p Provider) (Module, error) {
 	cmd.Dir = dir
 	// The wrapper's go.sum is the whole truth; -tags and the like from the
 	// caller's GOFLAGS mean nothing here.
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly")
+	cmd.Env = append(append(os.Environ(), goHome...), "GOFLAGS=-mod=readonly")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
