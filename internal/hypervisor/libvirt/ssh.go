@@ -85,7 +85,11 @@ func dialSSH(ctx context.Context, t target, o Options) (net.Conn, error) {
 		}
 		login = u.Username
 	}
-	hk, err := newHostKeys(t.host, port)
+	known := knownHostsFiles()
+	if o.KnownHostsFile != "" {
+		known = []string{o.KnownHostsFile}
+	}
+	hk, err := newHostKeys(t.host, port, known)
 	if err != nil {
 		return nil, err
 	}
@@ -277,10 +281,10 @@ func knownHostsFiles() []string {
 	return append(files, "/etc/ssh/ssh_known_hosts")
 }
 
-func newHostKeys(host, port string) (*hostKeys, error) {
+func newHostKeys(host, port string, known []string) (*hostKeys, error) {
 	h := &hostKeys{host: host, port: port}
 	var files []string
-	for _, f := range knownHostsFiles() {
+	for _, f := range known {
 		if _, err := os.Stat(f); err == nil {
 			files = append(files, f)
 		} else if !errors.Is(err, fs.ErrNotExist) {
