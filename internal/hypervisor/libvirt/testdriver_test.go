@@ -366,15 +366,7 @@ func TestVMLifecycle(t *testing.T) {
 	}
 
 	// The domain as libvirt stored it.
-	dom, err := d.l.DomainLookupByName("vm-one")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := d.l.DomainGetXMLDesc(dom, 0)
-	var dx libvirtxml.Domain
-	if err := dx.Unmarshal(raw); err != nil {
-		t.Fatal(err)
-	}
+	dx, raw := storedDomain(t, d, "vm-one")
 	if dx.Type != "test" { // the test driver offers only "test" guests
 		t.Errorf("domain type %q", dx.Type)
 	}
@@ -589,15 +581,7 @@ func TestCreateVMWithUUIDAndDataDisks(t *testing.T) {
 	if vm.UUID != spec.UUID {
 		t.Errorf("VM UUID %q, want %q", vm.UUID, spec.UUID)
 	}
-	dom, err := d.l.DomainLookupByName("vm-uuid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := d.l.DomainGetXMLDesc(dom, 0)
-	var dx libvirtxml.Domain
-	if err := dx.Unmarshal(raw); err != nil {
-		t.Fatal(err)
-	}
+	dx, _ := storedDomain(t, d, "vm-uuid")
 	var got []string
 	for _, disk := range dx.Devices.Disks {
 		got = append(got, disk.Target.Dev+"="+disk.Source.Volume.Volume)
@@ -636,4 +620,22 @@ func TestCreateVMWithUUIDAndDataDisks(t *testing.T) {
 			t.Errorf("volume %s left after DeleteVM", v)
 		}
 	}
+}
+
+// storedDomain is the domain's XML as libvirt stored it, decoded and raw.
+func storedDomain(t *testing.T, d *Driver, name string) (libvirtxml.Domain, string) {
+	t.Helper()
+	dom, err := d.l.DomainLookupByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := d.l.DomainGetXMLDesc(dom, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dx libvirtxml.Domain
+	if err := dx.Unmarshal(raw); err != nil {
+		t.Fatal(err)
+	}
+	return dx, raw
 }
