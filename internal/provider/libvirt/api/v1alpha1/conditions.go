@@ -41,6 +41,9 @@ const (
 	// ProvisioningFailedReason: a libvirt call failed; the message says
 	// which and why. The controller retries.
 	ProvisioningFailedReason = "ProvisioningFailed"
-	DeletingReason           = "Deleting"
-	PausedReason             = "Paused"
+	// VirtualMachineNotFoundReason: a provisioned machine's domain is gone
+	// from every host that answers; it is not made again.
+	VirtualMachineNotFoundReason = "VirtualMachineNotFound"
+	DeletingReason               = "Deleting"
+	PausedReason                 = "Paused"
 )
