@@ -165,8 +165,11 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, m *machineScope
 	}
 
 	addr, wait, err := r.address(ctx, m)
-	if err != nil || wait {
-		return reconcile.Result{RequeueAfter: r.retry()}, err
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if wait {
+		return reconcile.Result{RequeueAfter: r.retry()}, nil
 	}
 	userData, err := r.bootstrapData(ctx, m)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 )
 
 // ClusterFinalizer holds a LibvirtCluster until its machines are gone.
-const ClusterFinalizer = "libvirtcluster.infrastructure.labctl.dev"
+const ClusterFinalizer = "infrastructure.labctl.dev/libvirtcluster"
 
 // LibvirtClusterSpec is where a cluster's machines go: the libvirt hosts
 // (each one a failure domain), the network their first NIC joins, and

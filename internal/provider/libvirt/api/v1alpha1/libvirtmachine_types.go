@@ -8,7 +8,7 @@ import (
 
 // MachineFinalizer holds a LibvirtMachine (and so its Machine) until its
 // domain, volumes and address claim are gone.
-const MachineFinalizer = "libvirtmachine.infrastructure.labctl.dev"
+const MachineFinalizer = "infrastructure.labctl.dev/libvirtmachine"
 
 // LibvirtMachineSpec is one VM's size and disks.
 type LibvirtMachineSpec struct {

@@ -1,0 +1,630 @@
+package controller_test
+
+// These tests run the provider (controller.Run, as 'labctl provider
+// libvirt' does) against a management cluster in a box with the real
+// Cluster API core manager v1.12.10 and the real in-cluster IPAM v1.0.3
+// (internal/testing/testbed/box), and against the test's own libvirtd
+// (internal/testing/libvirttest: the real daemon and RPC, serving
+// libvirt's test driver over TLS on 127.0.0.1). The test driver defines
+// and starts domains without running QEMU, so nothing boots here; what
+// is checked is what Cluster API and libvirt hold. The test driver has
+// no volume streams, so the seed ISOs are recorded (seeds) instead.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kdomanski/iso9660"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/labctl/labctl/embedded"
+	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/libvirt"
+	"github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
+	"github.com/labctl/labctl/internal/provider/libvirt/controller"
+	"github.com/labctl/labctl/internal/testing/libvirttest"
+	"github.com/labctl/labctl/internal/testing/testbed/box"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	libvirttest.StopShared()
+	os.Exit(code)
+}
+
+const (
+	imagePool   = "capl-pool"
+	imageVolume = "node.qcow2"
+	// memoryAdjustment lets machines reserve 10x the test driver's 3 GiB:
+	// its built-in domain "test" alone is configured with 8 GiB.
+	memoryAdjustment = 1000
+)
+
+// seeds records the seed ISOs the provider uploads, by host and volume.
+type seeds struct {
+	mu   sync.Mutex
+	data map[string][]byte
+}
+
+func (s *seeds) upload(host string) libvirt.UploadFunc {
+	return func(ctx context.Context, vol string, r io.Reader, _ int64) error {
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.data[host+"/"+vol] = b
+		return ctx.Err()
+	}
+}
+
+func (s *seeds) files(t *testing.T, host, vol string) map[string]string {
+	t.Helper()
+	s.mu.Lock()
+	iso := s.data[host+"/"+vol]
+	s.mu.Unlock()
+	img, err := iso9660.OpenImage(bytes.NewReader(iso))
+	if err != nil {
+		t.Fatalf("seed %s on %s is not an ISO: %v", vol, host, err)
+	}
+	root, err := img.RootDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids, err := root.GetChildren()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, k := range kids {
+		b, _ := io.ReadAll(k.Reader())
+		out[k.Name()] = string(b)
+	}
+	return out
+}
+
+// cutter fails each step the first time a reconcile reaches it, as if
+// the provider were killed right after it: every later reconcile must
+// find what that step made and go on from there.
+type cutter struct {
+	mu   sync.Mutex
+	seen map[string]int
+	on   bool
+}
+
+func (c *cutter) step(name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen[name]++
+	if c.on && c.seen[name] == 1 {
+		return fmt.Errorf("test: cut off after %q", name)
+	}
+	return nil
+}
+
+func (c *cutter) count(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen[name]
+}
+
+// bed is one box, one libvirtd, and the provider running against them.
+type bed struct {
+	c      client.Client
+	d      *libvirttest.Daemon
+	seeds  *seeds
+	cut    *cutter
+	uri    string
+	images *libvirt.Driver
+}
+
+func startBed(t *testing.T) *bed {
+	t.Helper()
+	d := libvirttest.Start(t)
+	box.Require(t, "cluster-api", "ipam-in-cluster")
+	b := box.Start(t, box.WithProviders("cluster-api", "ipam-in-cluster"))
+	s, err := controller.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(b.Env.Config, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	installCRDs(t, c)
+	bd := &bed{c: c, d: d, seeds: &seeds{data: map[string][]byte{}}, cut: &cutter{seen: map[string]int{}},
+		uri: "test+tls://127.0.0.1:" + d.TLSPort + "/default"}
+	bd.images = placeImage(t, d)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var logs bytes.Buffer
+	go func() {
+		done <- controller.Run(ctx, controller.Options{
+			Kubeconfig: b.Env.Kubeconfig, MetricsAddr: "0", HealthAddr: "0", Concurrency: 2,
+			Log: &syncWriter{w: &logs},
+			Tune: func(r *controller.Reconcilers) {
+				r.Machine.Retry = time.Second
+				r.Cluster.Recheck = 2 * time.Second
+				r.Machine.Step = bd.cut.step
+				hosts := r.Machine.Hosts
+				hosts.DialTimeout = 3 * time.Second
+				hosts.Options = func(host string, o *libvirt.Options) { o.Upload = bd.seeds.upload(host) }
+				r.Machine.Hosts, r.Cluster.Hosts = hosts, hosts
+			},
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the provider ended with %v", err)
+		}
+		if t.Failed() {
+			t.Logf("provider log (last 8 KiB):\n%s", tail(logs.String(), 8<<10))
+		}
+	})
+	return bd
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// installCRDs applies the embedded CRDs, as mgmt install hands them to
+// the operator, and waits until the API server serves them.
+func installCRDs(t *testing.T, c client.Client) {
+	t.Helper()
+	entries, err := embedded.FS.ReadDir("provider/libvirt/crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		raw, err := embedded.FS.ReadFile("provider/libvirt/crds/" + e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(raw, crd); err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		if crd.Labels["cluster.x-k8s.io/v1beta2"] != "v1alpha1" {
+			t.Errorf("CRD %s lacks the contract label cluster.x-k8s.io/v1beta2: v1alpha1", crd.Name)
+		}
+		if err := c.Create(t.Context(), crd); err != nil {
+			t.Fatalf("the API server refused CRD %s: %v", crd.Name, err)
+		}
+	}
+	eventually(t, "the provider's CRDs are served", 30*time.Second, func() (bool, string) {
+		var l v1alpha1.LibvirtMachineList
+		err := c.List(t.Context(), &l)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+// placeImage puts the node image on the test libvirtd as 'labctl image
+// build' will: EnsureImage from an image server on loopback, checked by
+// sha256. It returns the driver, for looking at the pool afterwards.
+func placeImage(t *testing.T, d *libvirttest.Daemon) *libvirt.Driver {
+	t.Helper()
+	img := make([]byte, 64)
+	copy(img, []byte{'Q', 'F', 'I', 0xfb})
+	binary.BigEndian.PutUint32(img[4:], 3)
+	binary.BigEndian.PutUint64(img[24:], 1<<30) // 1 GiB virtual
+	sum := sha256.Sum256(img)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(img) }))
+	t.Cleanup(srv.Close)
+	var mu sync.Mutex
+	drv, err := libvirt.New(t.Context(), libvirt.Options{
+		Name: "images", URI: d.URI(), Pool: imagePool, PoolPath: "/" + imagePool, Network: "default",
+		Upload: func(_ context.Context, _ string, r io.Reader, _ int64) error {
+			mu.Lock()
+			defer mu.Unlock()
+			_, err := io.Copy(io.Discard, r)
+			return err
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = drv.Close() })
+	if err := drv.PrepareHost(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.EnsureImage(t.Context(), hypervisor.ImageSpec{
+		URL: srv.URL + "/" + imageVolume, Checksum: "sha256:" + hex.EncodeToString(sum[:]), FileName: imageVolume,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return drv
+}
+
+func eventually(t *testing.T, what string, within time.Duration, ok func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	last := ""
+	for time.Now().Before(deadline) {
+		var done bool
+		if done, last = ok(); done {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %s; last: %s", what, within, last)
+}
+
+// workload is one Cluster on the provider: its namespace, LibvirtCluster,
+// pool, bootstrap Secret and a MachineDeployment on a
+// LibvirtMachineTemplate.
+type workload struct {
+	ns, name string
+	md       *clusterv1.MachineDeployment
+}
+
+type workloadSpec struct {
+	hosts     []v1alpha1.LibvirtHost
+	addresses []string
+	memoryMiB int32
+	volume    string
+	replicas  int32
+}
+
+const bootstrapData = "#cloud-config\nwrite_files:\n- path: /run/labctl-marker\n  content: provisioned by labctl's libvirt provider\n"
+
+func (bd *bed) credentials(t *testing.T, ns string) string {
+	t.Helper()
+	read := func(p string) []byte {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "host-credentials"},
+		Type:       corev1.SecretTypeTLS,
+		Data: map[string][]byte{
+			controller.KeyCA: read(bd.d.CAFile), controller.KeyTLSCert: read(bd.d.CertFile), controller.KeyTLSKey: read(bd.d.KeyFile),
+		},
+	}
+	if err := bd.c.Create(t.Context(), sec); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return sec.Name
+}
+
+func (bd *bed) host(t *testing.T, ns, name string) v1alpha1.LibvirtHost {
+	return v1alpha1.LibvirtHost{Name: name, URI: bd.uri, CredentialsRef: v1alpha1.SecretReference{Name: bd.credentials(t, ns)}}
+}
+
+func (bd *bed) newWorkload(t *testing.T, ns string, ws workloadSpec) *workload {
+	t.Helper()
+	ctx := t.Context()
+	c := bd.c
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	if ws.hosts == nil {
+		ws.hosts = []v1alpha1.LibvirtHost{bd.host(t, ns, "host-a")}
+	}
+	if ws.memoryMiB == 0 {
+		ws.memoryMiB = 512
+	}
+	if ws.volume == "" {
+		ws.volume = imageVolume
+	}
+	w := &workload{ns: ns, name: "lab1"}
+
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+		"metadata": map[string]any{"namespace": ns, "name": "nodes"},
+		"spec": map[string]any{
+			"addresses": toAny(ws.addresses), "prefix": int64(24), "gateway": "10.213.0.1",
+		},
+	}}
+	must(c.Create(ctx, pool))
+	must(c.Create(ctx, &v1alpha1.LibvirtCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w.name},
+		Spec: v1alpha1.LibvirtClusterSpec{
+			ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "127.0.0.1", Port: 6443},
+			Hosts:                ws.hosts,
+			Network:              v1alpha1.NetworkSpec{Network: "default", DNSServers: []string{"10.213.0.1"}},
+			IPPool:               v1alpha1.IPPoolReference{Kind: "InClusterIPPool", Name: "nodes"},
+			MemoryAdjustment:     memoryAdjustment,
+		},
+	}))
+	must(c.Create(ctx, &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w.name},
+		Spec: clusterv1.ClusterSpec{
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: v1alpha1.GroupVersion.Group, Kind: "LibvirtCluster", Name: w.name},
+		},
+	}))
+	must(c.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker-bootstrap"},
+		Type:       clusterv1.ClusterSecretType,
+		Data:       map[string][]byte{"value": []byte(bootstrapData), "format": []byte("cloud-config")},
+	}))
+	must(c.Create(ctx, &v1alpha1.LibvirtMachineTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker"},
+		Spec: v1alpha1.LibvirtMachineTemplateSpec{Template: v1alpha1.LibvirtMachineTemplateResource{
+			Spec: v1alpha1.LibvirtMachineSpec{
+				CPUs: 2, MemoryMiB: ws.memoryMiB, DiskGiB: 2,
+				Image:      v1alpha1.ImageVolume{Pool: imagePool, Volume: ws.volume},
+				ExtraDisks: []v1alpha1.ExtraDisk{{SizeGiB: 1}},
+			},
+		}},
+	}))
+	labels := map[string]string{"pool": "worker"}
+	w.md = &clusterv1.MachineDeployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker"},
+		Spec: clusterv1.MachineDeploymentSpec{
+			ClusterName: w.name,
+			Replicas:    ptr.To(ws.replicas),
+			Selector:    metav1.LabelSelector{MatchLabels: labels},
+			Template: clusterv1.MachineTemplateSpec{
+				ObjectMeta: clusterv1.ObjectMeta{Labels: labels},
+				Spec: clusterv1.MachineSpec{
+					ClusterName: w.name,
+					Version:     "v1.35.4",
+					Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To("worker-bootstrap")},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+						APIGroup: v1alpha1.GroupVersion.Group, Kind: "LibvirtMachineTemplate", Name: "worker",
+					},
+				},
+			},
+		},
+	}
+	must(c.Create(ctx, w.md))
+	return w
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func (bd *bed) libvirtMachines(t *testing.T, ns string) []v1alpha1.LibvirtMachine {
+	t.Helper()
+	var l v1alpha1.LibvirtMachineList
+	if err := bd.c.List(t.Context(), &l, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
+// domains lists the labctl domains of a workload's lab on the libvirtd.
+func (bd *bed) domains(t *testing.T, ns string) []hypervisor.VM {
+	t.Helper()
+	vms, err := bd.images.ListVMs(t.Context(), ns+"/lab1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vms
+}
+
+func condition(conds []metav1.Condition, typ string) string {
+	c := meta.FindStatusCondition(conds, typ)
+	if c == nil {
+		return "<none>"
+	}
+	return string(c.Status) + "/" + c.Reason + ": " + c.Message
+}
+
+func (bd *bed) waitProvisioned(t *testing.T, ns string, n int) []v1alpha1.LibvirtMachine {
+	t.Helper()
+	var lms []v1alpha1.LibvirtMachine
+	eventually(t, fmt.Sprintf("%d LibvirtMachines provisioned in %s", n, ns), 90*time.Second, func() (bool, string) {
+		lms = bd.libvirtMachines(t, ns)
+		done := 0
+		var states []string
+		for _, lm := range lms {
+			if ptr.Deref(lm.Status.Initialization.Provisioned, false) {
+				done++
+			}
+			states = append(states, lm.Name+": "+condition(lm.Status.Conditions, v1alpha1.ReadyCondition))
+		}
+		return done == n && len(lms) == n, strings.Join(states, "; ")
+	})
+	return lms
+}
+
+// The whole contract with the real Cluster API: a MachineDeployment on a
+// LibvirtMachineTemplate gets a running domain per Machine with its
+// providerID and address, whatever step each reconcile is cut off after;
+// scaling makes one more; deleting the Cluster leaves no domain, no
+// volume and no IPAddress.
+func TestMachineDeploymentOnLibvirt(t *testing.T) {
+	bd := startBed(t)
+	ctx := t.Context()
+	bd.cut.mu.Lock()
+	bd.cut.on = true
+	bd.cut.mu.Unlock()
+	ns := "md"
+	w := bd.newWorkload(t, ns, workloadSpec{addresses: []string{"10.213.0.10-10.213.0.12"}, replicas: 1})
+
+	// The cluster's infrastructure: provisioned, one failure domain per host.
+	eventually(t, "Cluster infrastructure provisioned", 60*time.Second, func() (bool, string) {
+		var cl clusterv1.Cluster
+		if err := bd.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: w.name}, &cl); err != nil {
+			return false, err.Error()
+		}
+		var lc v1alpha1.LibvirtCluster
+		_ = bd.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: w.name}, &lc)
+		return ptr.Deref(cl.Status.Initialization.InfrastructureProvisioned, false) && len(cl.Status.FailureDomains) == 1,
+			condition(lc.Status.Conditions, v1alpha1.ReadyCondition)
+	})
+
+	lm := bd.waitProvisioned(t, ns, 1)[0]
+	// Each step was cut off right after it acted, and the reconciles after
+	// found its work done: none acted twice.
+	for _, s := range []string{controller.StepClaimCreated, controller.StepDefined, controller.StepStarted, controller.StepProviderID} {
+		if n := bd.cut.count(s); n != 1 {
+			t.Errorf("step %q acted %d times; want once (cut off after, then found done)", s, n)
+		}
+	}
+	if bd.cut.count(controller.StepPlaced) < 2 {
+		t.Errorf("the placement step ran %d times; it must have been cut off and run again", bd.cut.count(controller.StepPlaced))
+	}
+	doms := bd.domains(t, ns)
+	if len(doms) != 1 || doms[0].Name != lm.Name || doms[0].UUID != string(lm.UID) || !doms[0].Running {
+		t.Fatalf("domains after the cut-off reconciles: %+v; want one running domain %s of UUID %s", doms, lm.Name, lm.UID)
+	}
+	wantID := "libvirt://host-a/" + string(lm.UID)
+	if lm.Spec.ProviderID != wantID || lm.Status.FailureDomain != "host-a" {
+		t.Errorf("providerID %q, failure domain %q; want %q on host-a", lm.Spec.ProviderID, lm.Status.FailureDomain, wantID)
+	}
+	if got := condition(lm.Status.Conditions, v1alpha1.ReadyCondition); !strings.HasPrefix(got, "True/Provisioned") {
+		t.Errorf("Ready = %s", got)
+	}
+	// The Machine, as Cluster API surfaces it.
+	eventually(t, "Machine provisioned with providerID and address", 60*time.Second, func() (bool, string) {
+		var ms clusterv1.MachineList
+		if err := bd.c.List(ctx, &ms, client.InNamespace(ns)); err != nil || len(ms.Items) != 1 {
+			return false, fmt.Sprint(len(ms.Items), err)
+		}
+		m := ms.Items[0]
+		return m.Spec.ProviderID == wantID && ptr.Deref(m.Status.Initialization.InfrastructureProvisioned, false) &&
+				slices.ContainsFunc(m.Status.Addresses, func(a clusterv1.MachineAddress) bool { return a.Address == "10.213.0.10" }),
+			fmt.Sprintf("providerID %q, provisioned %v, addresses %v", m.Spec.ProviderID, m.Status.Initialization.InfrastructureProvisioned, m.Status.Addresses)
+	})
+	// The seed: bootstrap data, instance-id = domain UUID, the static address.
+	files := bd.seeds.files(t, "host-a", lm.Name+"-seed.iso")
+	if files["user-data"] != bootstrapData {
+		t.Errorf("user-data = %q, want the bootstrap Secret's value", files["user-data"])
+	}
+	if md := files["meta-data"]; !strings.Contains(md, "instance-id: "+string(lm.UID)) || !strings.Contains(md, "local-hostname: "+lm.Name) {
+		t.Errorf("meta-data = %q", md)
+	}
+	if nc := files["network-config"]; !strings.Contains(nc, "10.213.0.10/24") || !strings.Contains(nc, "via: 10.213.0.1") {
+		t.Errorf("network-config = %q", nc)
+	}
+
+	// The template publishes the machine size for scale from zero.
+	var tmpl v1alpha1.LibvirtMachineTemplate
+	eventually(t, "template capacity", 30*time.Second, func() (bool, string) {
+		if err := bd.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "worker"}, &tmpl); err != nil {
+			return false, err.Error()
+		}
+		return len(tmpl.Status.Capacity) > 0, fmt.Sprint(tmpl.Status)
+	})
+	if cpu, mem := tmpl.Status.Capacity[corev1.ResourceCPU], tmpl.Status.Capacity[corev1.ResourceMemory]; cpu.String() != "2" || mem.String() != "512Mi" {
+		t.Errorf("capacity cpu %s memory %s, want 2 and 512Mi", cpu.String(), mem.String())
+	}
+
+	// Scale to 2: one more domain, the next address.
+	bd.cut.mu.Lock()
+	bd.cut.on = false
+	bd.cut.mu.Unlock()
+	if err := bd.c.Patch(ctx, w.md, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"replicas":2}}`))); err != nil {
+		t.Fatal(err)
+	}
+	lms := bd.waitProvisioned(t, ns, 2)
+	if doms := bd.domains(t, ns); len(doms) != 2 {
+		t.Fatalf("domains after scaling to 2: %+v", doms)
+	}
+	var addrs []string
+	for _, lm := range lms {
+		for _, a := range lm.Status.Addresses {
+			if a.Type == clusterv1.MachineInternalIP {
+				addrs = append(addrs, a.Address)
+			}
+		}
+	}
+	slices.Sort(addrs)
+	if !slices.Equal(addrs, []string{"10.213.0.10", "10.213.0.11"}) {
+		t.Errorf("addresses %v", addrs)
+	}
+
+	// Delete the Cluster, with every deletion step cut off once.
+	bd.cut.mu.Lock()
+	bd.cut.on = true
+	bd.cut.mu.Unlock()
+	if err := bd.c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w.name}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Cluster gone", 120*time.Second, func() (bool, string) {
+		var cl clusterv1.Cluster
+		err := bd.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: w.name}, &cl)
+		var states []string
+		for _, lm := range bd.libvirtMachines(t, ns) {
+			states = append(states, lm.Name+": "+condition(lm.Status.Conditions, v1alpha1.ReadyCondition))
+		}
+		return apierrors.IsNotFound(err), fmt.Sprint(err, states)
+	})
+	if n := bd.cut.count(controller.StepDomainDeleted); n != 2 {
+		t.Errorf("domains were deleted %d times; want 2 (one per machine, each cut off after)", n)
+	}
+	if doms := bd.domains(t, ns); len(doms) != 0 {
+		t.Errorf("domains left after the Cluster's deletion: %+v", doms)
+	}
+	for _, v := range bd.volumes(t) {
+		if strings.HasPrefix(v, "worker-") {
+			t.Errorf("volume %s left after the Cluster's deletion", v)
+		}
+	}
+	var ips ipamv1.IPAddressList
+	if err := bd.c.List(ctx, &ips, client.InNamespace(ns)); err != nil || len(ips.Items) != 0 {
+		t.Errorf("IPAddresses left: %d (%v)", len(ips.Items), err)
+	}
+	var lcs v1alpha1.LibvirtClusterList
+	if err := bd.c.List(ctx, &lcs, client.InNamespace(ns)); err != nil || len(lcs.Items) != 0 {
+		t.Errorf("LibvirtClusters left: %d (%v)", len(lcs.Items), err)
+	}
+}
+
+// volumes lists the image pool's volumes on the libvirtd.
+func (bd *bed) volumes(t *testing.T) []string {
+	t.Helper()
+	names, err := bd.images.VolumeNames(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
