@@ -21,11 +21,13 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -103,6 +105,9 @@ func Run(ctx context.Context, o Options) error {
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "libvirt-provider.infrastructure.labctl.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		// Controller names are registered process-wide for their metrics;
+		// tests run the provider more than once in one process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Secrets are read uncached: a cache of every Secret in the
 			// cluster is neither needed nor welcome.

@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -138,7 +139,6 @@ type bed struct {
 	d      *libvirttest.Daemon
 	seeds  *seeds
 	cut    *cutter
-	uri    string
 	images *libvirt.Driver
 }
 
@@ -159,8 +159,7 @@ func startBed(t *testing.T) *bed {
 		t.Fatal(err)
 	}
 	installCRDs(t, c)
-	bd := &bed{c: c, d: d, seeds: &seeds{data: map[string][]byte{}}, cut: &cutter{seen: map[string]int{}},
-		uri: "test+tls://127.0.0.1:" + d.TLSPort + "/default"}
+	bd := &bed{c: c, d: d, seeds: &seeds{data: map[string][]byte{}}, cut: &cutter{seen: map[string]int{}}}
 	bd.images = placeImage(t, d)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -307,11 +306,15 @@ type workloadSpec struct {
 	memoryMiB int32
 	volume    string
 	replicas  int32
+	// failureDomain pins the pool's machines to a host.
+	failureDomain string
 }
 
 const bootstrapData = "#cloud-config\nwrite_files:\n- path: /run/labctl-marker\n  content: provisioned by labctl's libvirt provider\n"
 
-func (bd *bed) credentials(t *testing.T, ns string) string {
+// credentials writes the TLS client credentials of daemon d into a
+// Secret, as a user would for a qemu+tls host; drop leaves a key out.
+func (bd *bed) credentials(t *testing.T, ns, name string, d *libvirttest.Daemon, drop string) string {
 	t.Helper()
 	read := func(p string) []byte {
 		b, err := os.ReadFile(p)
@@ -321,20 +324,26 @@ func (bd *bed) credentials(t *testing.T, ns string) string {
 		return b
 	}
 	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "host-credentials"},
-		Type:       corev1.SecretTypeTLS,
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Type:       corev1.SecretTypeOpaque,
 		Data: map[string][]byte{
-			controller.KeyCA: read(bd.d.CAFile), controller.KeyTLSCert: read(bd.d.CertFile), controller.KeyTLSKey: read(bd.d.KeyFile),
+			controller.KeyCA: read(d.CAFile), controller.KeyTLSCert: read(d.CertFile), controller.KeyTLSKey: read(d.KeyFile),
 		},
 	}
+	delete(sec.Data, drop)
 	if err := bd.c.Create(t.Context(), sec); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	return sec.Name
 }
 
-func (bd *bed) host(t *testing.T, ns, name string) v1alpha1.LibvirtHost {
-	return v1alpha1.LibvirtHost{Name: name, URI: bd.uri, CredentialsRef: v1alpha1.SecretReference{Name: bd.credentials(t, ns)}}
+// host is a LibvirtHost for daemon d over TLS.
+func (bd *bed) host(t *testing.T, ns, name string, d *libvirttest.Daemon) v1alpha1.LibvirtHost {
+	t.Helper()
+	return v1alpha1.LibvirtHost{
+		Name: name, URI: "test+tls://127.0.0.1:" + d.TLSPort + "/default",
+		CredentialsRef: v1alpha1.SecretReference{Name: bd.credentials(t, ns, name+"-credentials", d, "")},
+	}
 }
 
 func (bd *bed) newWorkload(t *testing.T, ns string, ws workloadSpec) *workload {
@@ -347,15 +356,11 @@ func (bd *bed) newWorkload(t *testing.T, ns string, ws workloadSpec) *workload {
 			t.Fatal(err)
 		}
 	}
-	must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	if ws.hosts == nil {
-		ws.hosts = []v1alpha1.LibvirtHost{bd.host(t, ns, "host-a")}
-	}
-	if ws.memoryMiB == 0 {
-		ws.memoryMiB = 512
-	}
-	if ws.volume == "" {
-		ws.volume = imageVolume
+		ws.hosts = []v1alpha1.LibvirtHost{bd.host(t, ns, "host-a", bd.d)}
 	}
 	w := &workload{ns: ns, name: "lab1"}
 
@@ -377,19 +382,29 @@ func (bd *bed) newWorkload(t *testing.T, ns string, ws workloadSpec) *workload {
 			MemoryAdjustment:     memoryAdjustment,
 		},
 	}))
-	must(c.Create(ctx, &clusterv1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w.name},
-		Spec: clusterv1.ClusterSpec{
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: v1alpha1.GroupVersion.Group, Kind: "LibvirtCluster", Name: w.name},
-		},
-	}))
+	bd.createCluster(t, ns)
 	must(c.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker-bootstrap"},
 		Type:       clusterv1.ClusterSecretType,
 		Data:       map[string][]byte{"value": []byte(bootstrapData), "format": []byte("cloud-config")},
 	}))
-	must(c.Create(ctx, &v1alpha1.LibvirtMachineTemplate{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker"},
+	w.md = bd.addPool(t, w, "worker", ws)
+	return w
+}
+
+// addPool adds a worker pool to the workload: a LibvirtMachineTemplate
+// and a MachineDeployment on it, both named name.
+func (bd *bed) addPool(t *testing.T, w *workload, name string, ws workloadSpec) *clusterv1.MachineDeployment {
+	t.Helper()
+	ctx := t.Context()
+	if ws.memoryMiB == 0 {
+		ws.memoryMiB = 512
+	}
+	if ws.volume == "" {
+		ws.volume = imageVolume
+	}
+	if err := bd.c.Create(ctx, &v1alpha1.LibvirtMachineTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name},
 		Spec: v1alpha1.LibvirtMachineTemplateSpec{Template: v1alpha1.LibvirtMachineTemplateResource{
 			Spec: v1alpha1.LibvirtMachineSpec{
 				CPUs: 2, MemoryMiB: ws.memoryMiB, DiskGiB: 2,
@@ -397,10 +412,12 @@ func (bd *bed) newWorkload(t *testing.T, ns string, ws workloadSpec) *workload {
 				ExtraDisks: []v1alpha1.ExtraDisk{{SizeGiB: 1}},
 			},
 		}},
-	}))
-	labels := map[string]string{"pool": "worker"}
-	w.md = &clusterv1.MachineDeployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"pool": name}
+	md := &clusterv1.MachineDeployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name},
 		Spec: clusterv1.MachineDeploymentSpec{
 			ClusterName: w.name,
 			Replicas:    ptr.To(ws.replicas),
@@ -408,18 +425,40 @@ func (bd *bed) newWorkload(t *testing.T, ns string, ws workloadSpec) *workload {
 			Template: clusterv1.MachineTemplateSpec{
 				ObjectMeta: clusterv1.ObjectMeta{Labels: labels},
 				Spec: clusterv1.MachineSpec{
-					ClusterName: w.name,
-					Version:     "v1.35.4",
-					Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To("worker-bootstrap")},
+					ClusterName:   w.name,
+					Version:       "v1.35.4",
+					FailureDomain: ws.failureDomain,
+					Bootstrap:     clusterv1.Bootstrap{DataSecretName: ptr.To("worker-bootstrap")},
 					InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-						APIGroup: v1alpha1.GroupVersion.Group, Kind: "LibvirtMachineTemplate", Name: "worker",
+						APIGroup: v1alpha1.GroupVersion.Group, Kind: "LibvirtMachineTemplate", Name: name,
 					},
 				},
 			},
 		},
 	}
-	must(c.Create(ctx, w.md))
-	return w
+	if err := bd.c.Create(ctx, md); err != nil {
+		t.Fatal(err)
+	}
+	return md
+}
+
+// createCluster makes namespace ns and the Cluster lab1 in it, on its
+// LibvirtCluster; once made, it is left as it is.
+func (bd *bed) createCluster(t *testing.T, ns string) {
+	t.Helper()
+	ctx := t.Context()
+	if err := bd.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	err := bd.c.Create(ctx, &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lab1"},
+		Spec: clusterv1.ClusterSpec{
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: v1alpha1.GroupVersion.Group, Kind: "LibvirtCluster", Name: "lab1"},
+		},
+	})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 }
 
 func toAny(ss []string) []any {
@@ -627,4 +666,219 @@ func (bd *bed) volumes(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	return names
+}
+
+// machineOn waits for a provisioned LibvirtMachine of the pool on host
+// and returns it; exclude skips machines already seen.
+func (bd *bed) machineOn(t *testing.T, ns, pool, host string, exclude ...string) v1alpha1.LibvirtMachine {
+	t.Helper()
+	var got v1alpha1.LibvirtMachine
+	eventually(t, fmt.Sprintf("a new %s machine provisioned on %s", pool, host), 90*time.Second, func() (bool, string) {
+		var states []string
+		for _, lm := range bd.libvirtMachines(t, ns) {
+			if !strings.HasPrefix(lm.Name, pool+"-") || slices.Contains(exclude, lm.Name) {
+				continue
+			}
+			states = append(states, lm.Name+" on "+lm.Status.FailureDomain+": "+condition(lm.Status.Conditions, v1alpha1.ReadyCondition))
+			if ptr.Deref(lm.Status.Initialization.Provisioned, false) && lm.Status.FailureDomain == host {
+				got = lm
+				return true, ""
+			}
+		}
+		return false, strings.Join(states, "; ")
+	})
+	return got
+}
+
+func (bd *bed) scale(t *testing.T, md *clusterv1.MachineDeployment, n int) {
+	t.Helper()
+	if err := bd.c.Patch(t.Context(), md, client.RawPatch("application/merge-patch+json", fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two hosts (two libvirtds): a machine goes where most memory is free,
+// a pinned pool to its failure domain whatever the memory, and once a
+// host stops answering, new machines go to the other while the
+// LibvirtCluster's condition names the silent host.
+func TestPlacementAcrossHosts(t *testing.T) {
+	bd := startBed(t)
+	ctx := t.Context()
+	d2 := libvirttest.StartPrivate(t)
+	images2 := placeImage(t, d2)
+	ns := "hosts"
+	hosts := func() []v1alpha1.LibvirtHost {
+		if err := bd.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		return []v1alpha1.LibvirtHost{bd.host(t, ns, "host-a", bd.d), bd.host(t, ns, "host-b", d2)}
+	}()
+
+	// host-a holds a 4 GiB domain of someone else's: host-b has more free.
+	filler := hypervisor.VMSpec{
+		Lab: "someone-else", Name: "filler", CPUs: 1, MemoryMiB: 4096, DiskGiB: 1,
+		CloudInit: hypervisor.CloudInit{UserData: []byte("#cloud-config\n")},
+	}
+	img, err := bd.images.FindImage(ctx, hypervisor.ImageSpec{FileName: imageVolume})
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler.Image = img
+	fvm, err := bd.images.CreateVM(ctx, filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bd.images.DeleteVM(context.Background(), fvm) })
+
+	w := bd.newWorkload(t, ns, workloadSpec{hosts: hosts, addresses: []string{"10.213.0.20-10.213.0.29"}, replicas: 1})
+	first := bd.machineOn(t, ns, "worker", "host-b")
+	if vms, _ := images2.ListVMs(ctx, ns+"/lab1"); len(vms) != 1 || vms[0].UUID != string(first.UID) {
+		t.Errorf("host-b's domains: %+v; want the one of %s", vms, first.Name)
+	}
+	if vms := bd.domains(t, ns); len(vms) != 0 {
+		t.Errorf("host-a has domains of this cluster: %+v", vms)
+	}
+
+	// A pool pinned to host-a goes there though host-b has more free.
+	bd.addPool(t, w, "pinned", workloadSpec{replicas: 1, failureDomain: "host-a"})
+	pinned := bd.machineOn(t, ns, "pinned", "host-a")
+	if !strings.HasPrefix(pinned.Spec.ProviderID, "libvirt://host-a/") {
+		t.Errorf("pinned machine's providerID %q", pinned.Spec.ProviderID)
+	}
+
+	// host-b stops answering.
+	d2.Stop()
+	eventually(t, "the LibvirtCluster names the silent host", 60*time.Second, func() (bool, string) {
+		var lc v1alpha1.LibvirtCluster
+		if err := bd.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: w.name}, &lc); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(lc.Status.Conditions, v1alpha1.HostsReachableCondition)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.HostUnreachableReason &&
+			strings.Contains(c.Message, "host-b") && !strings.Contains(c.Message, "host-a:"), condition(lc.Status.Conditions, v1alpha1.HostsReachableCondition)
+	})
+	bd.scale(t, w.md, 2)
+	second := bd.machineOn(t, ns, "worker", "host-a", first.Name)
+	if second.Name == first.Name {
+		t.Fatal("no second machine")
+	}
+}
+
+// Each way a machine cannot be made is a condition that says why.
+func TestFailureConditions(t *testing.T) {
+	bd := startBed(t)
+	ctx := t.Context()
+	waitReason := func(t *testing.T, ns, pool, reason string, want ...string) {
+		t.Helper()
+		eventually(t, ns+": a machine with reason "+reason, 60*time.Second, func() (bool, string) {
+			var states []string
+			for _, lm := range bd.libvirtMachines(t, ns) {
+				if !strings.HasPrefix(lm.Name, pool+"-") {
+					continue
+				}
+				c := meta.FindStatusCondition(lm.Status.Conditions, v1alpha1.VirtualMachineProvisionedCondition)
+				states = append(states, lm.Name+": "+condition(lm.Status.Conditions, v1alpha1.VirtualMachineProvisionedCondition))
+				if c == nil || c.Status != metav1.ConditionFalse || c.Reason != reason {
+					continue
+				}
+				ok := true
+				for _, w := range want {
+					ok = ok && strings.Contains(c.Message, w)
+				}
+				if ok {
+					return true, ""
+				}
+			}
+			return false, strings.Join(states, "; ")
+		})
+	}
+
+	// In the box, in-cluster IPAM v1.0.3 cannot decode the v1beta1
+	// Clusters it lists once one has status.failureDomains ("cannot
+	// unmarshal array into ... v1beta1.FailureDomains"), and then skips
+	// the claims of Clusters it never saw ("linked to a cluster that is
+	// not found"). The Clusters whose machines need an address are made
+	// first, before any has failure domains, so its cache holds them.
+	for _, ns := range []string{"full", "noimage", "exhausted"} {
+		bd.createCluster(t, ns)
+	}
+	time.Sleep(2 * time.Second) // for IPAM's watch to see them
+
+	t.Run("no host with room", func(t *testing.T) {
+		bd.newWorkload(t, "full", workloadSpec{addresses: []string{"10.213.0.30"}, memoryMiB: 64 << 10, replicas: 1})
+		waitReason(t, "full", "worker", v1alpha1.NoHostWithRoomReason, "65536 MiB", "host-a has")
+		if vms := bd.domains(t, "full"); len(vms) != 0 {
+			t.Errorf("domains made with no room: %+v", vms)
+		}
+	})
+	t.Run("image missing", func(t *testing.T) {
+		bd.newWorkload(t, "noimage", workloadSpec{addresses: []string{"10.213.0.31"}, volume: "absent.qcow2", replicas: 1})
+		waitReason(t, "noimage", "worker", v1alpha1.ImageMissingReason, "absent.qcow2", imagePool, "host-a")
+	})
+	t.Run("pool exhausted", func(t *testing.T) {
+		bd.newWorkload(t, "exhausted", workloadSpec{addresses: []string{"10.213.0.32"}, replicas: 2})
+		waitReason(t, "exhausted", "worker", v1alpha1.IPPoolExhaustedReason, "InClusterIPPool nodes")
+		eventually(t, "the machine with the address gets its domain", 60*time.Second, func() (bool, string) {
+			n := len(bd.domains(t, "exhausted"))
+			return n == 1, fmt.Sprintf("%d domains", n)
+		})
+		if n := len(bd.domains(t, "exhausted")); n != 1 {
+			t.Errorf("%d domains for a pool of one address; want 1", n)
+		}
+	})
+	t.Run("host unreachable", func(t *testing.T) {
+		ns := "down"
+		if err := bd.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		silent := bd.host(t, ns, "host-down", bd.d)
+		silent.URI = "test+tls://127.0.0.1:" + closedPort(t) + "/default"
+		w := bd.newWorkload(t, ns, workloadSpec{hosts: []v1alpha1.LibvirtHost{silent}, addresses: []string{"10.213.0.33"}, replicas: 1})
+		bd.waitClusterReason(t, ns, w.name, v1alpha1.HostUnreachableReason, "host-down", "nothing answers")
+		waitReason(t, ns, "worker", v1alpha1.WaitingForClusterInfrastructureReason)
+	})
+	t.Run("credentials incomplete", func(t *testing.T) {
+		ns := "nokey"
+		if err := bd.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		h := v1alpha1.LibvirtHost{
+			Name: "host-a", URI: "test+tls://127.0.0.1:" + bd.d.TLSPort + "/default",
+			CredentialsRef: v1alpha1.SecretReference{Name: bd.credentials(t, ns, "partial", bd.d, controller.KeyTLSKey)},
+		}
+		w := bd.newWorkload(t, ns, workloadSpec{hosts: []v1alpha1.LibvirtHost{h}, addresses: []string{"10.213.0.34"}})
+		bd.waitClusterReason(t, ns, w.name, v1alpha1.CredentialsInvalidReason, "host-a", "partial", controller.KeyTLSKey)
+	})
+}
+
+func (bd *bed) waitClusterReason(t *testing.T, ns, name, reason string, want ...string) {
+	t.Helper()
+	eventually(t, ns+": LibvirtCluster HostsReachable "+reason, 60*time.Second, func() (bool, string) {
+		var lc v1alpha1.LibvirtCluster
+		if err := bd.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &lc); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(lc.Status.Conditions, v1alpha1.HostsReachableCondition)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != reason || ptr.Deref(lc.Status.Initialization.Provisioned, false) {
+			return false, condition(lc.Status.Conditions, v1alpha1.HostsReachableCondition)
+		}
+		for _, w := range want {
+			if !strings.Contains(c.Message, w) {
+				return false, c.Message
+			}
+		}
+		return true, ""
+	})
+}
+
+// closedPort is a loopback port nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	_ = l.Close()
+	return port
 }
