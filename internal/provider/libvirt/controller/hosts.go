@@ -97,7 +97,8 @@ func (h Hosts) connect(ctx context.Context, lc *v1alpha1.LibvirtCluster, spec v1
 		}
 		return nil, fmt.Errorf("host %s: reading its credentials Secret %s: %w", spec.Name, key.Name, err)
 	}
-	dir, err := os.MkdirTemp("", "labctl-provider-")
+	// Named after the Secret: the driver's errors name the files.
+	dir, err := os.MkdirTemp("", "labctl-provider-"+key.Namespace+"-"+key.Name+"-")
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %w", spec.Name, err)
 	}
