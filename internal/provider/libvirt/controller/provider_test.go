@@ -16,12 +16,14 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -30,22 +32,22 @@ import (
 
 	"github.com/kdomanski/iso9660"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
-	"github.com/labctl/labctl/embedded"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/libvirt"
 	"github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
 	"github.com/labctl/labctl/internal/provider/libvirt/controller"
+	"github.com/labctl/labctl/internal/provider/libvirt/release"
 	"github.com/labctl/labctl/internal/testing/libvirttest"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 )
@@ -151,14 +153,11 @@ func startBed(t *testing.T) *bed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := apiextensionsv1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
 	c, err := client.New(b.Env.Config, client.Options{Scheme: s})
 	if err != nil {
 		t.Fatal(err)
 	}
-	installCRDs(t, c)
+	providerKubeconfig := installComponents(t, c, b.Env.Kubeconfig)
 	bd := &bed{c: c, d: d, seeds: &seeds{data: map[string][]byte{}}, cut: &cutter{seen: map[string]int{}}}
 	bd.images = placeImage(t, d)
 
@@ -167,7 +166,7 @@ func startBed(t *testing.T) *bed {
 	var logs bytes.Buffer
 	go func() {
 		done <- controller.Run(ctx, controller.Options{
-			Kubeconfig: b.Env.Kubeconfig, MetricsAddr: "0", HealthAddr: "0", Concurrency: 2,
+			Kubeconfig: providerKubeconfig, MetricsAddr: "0", HealthAddr: "0", Concurrency: 2,
 			Log: &syncWriter{w: &logs},
 			Tune: func(r *controller.Reconcilers) {
 				r.Machine.Retry = time.Second
@@ -210,28 +209,32 @@ func tail(s string, n int) string {
 	return s
 }
 
-// installCRDs applies the embedded CRDs, as mgmt install hands them to
-// the operator, and waits until the API server serves them.
-func installCRDs(t *testing.T, c client.Client) {
+// installComponents applies the provider's release components (all but
+// the Deployment: the provider runs in the test) as cluster-api-operator
+// would, and returns a kubeconfig that acts as the manager's
+// ServiceAccount, so the provider runs with only the RBAC it ships.
+func installComponents(t *testing.T, c client.Client, kubeconfig string) string {
 	t.Helper()
-	entries, err := embedded.FS.ReadDir("provider/libvirt/crds")
+	raw, err := release.Components("labctl:test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range entries {
-		raw, err := embedded.FS.ReadFile("provider/libvirt/crds/" + e.Name())
-		if err != nil {
+	r := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := r.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
 			t.Fatal(err)
 		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.Unmarshal(raw, crd); err != nil {
-			t.Fatalf("%s: %v", e.Name(), err)
+		if len(u.Object) == 0 || u.GetKind() == "Deployment" {
+			continue
 		}
-		if crd.Labels["cluster.x-k8s.io/v1beta2"] != "v1alpha1" {
-			t.Errorf("CRD %s lacks the contract label cluster.x-k8s.io/v1beta2: v1alpha1", crd.Name)
+		if u.GetKind() == "CustomResourceDefinition" && u.GetLabels()["cluster.x-k8s.io/v1beta2"] != "v1alpha1" {
+			t.Errorf("CRD %s lacks the contract label cluster.x-k8s.io/v1beta2: v1alpha1", u.GetName())
 		}
-		if err := c.Create(t.Context(), crd); err != nil {
-			t.Fatalf("the API server refused CRD %s: %v", crd.Name, err)
+		if err := c.Create(t.Context(), u); err != nil {
+			t.Fatalf("the API server refused %s %s: %v", u.GetKind(), u.GetName(), err)
 		}
 	}
 	eventually(t, "the provider's CRDs are served", 30*time.Second, func() (bool, string) {
@@ -239,6 +242,30 @@ func installCRDs(t *testing.T, c client.Client) {
 		err := c.List(t.Context(), &l)
 		return err == nil, fmt.Sprint(err)
 	})
+	cfg, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = "system:serviceaccount:" + release.Namespace + ":capl-manager"
+	}
+	path := filepath.Join(t.TempDir(), "provider.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	// The API server enforces RBAC: what the role does not grant is refused.
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := client.New(rc, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sa.List(t.Context(), &corev1.SecretList{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("listing Secrets as the provider's ServiceAccount: %v; want forbidden (it may only get them)", err)
+	}
+	return path
 }
 
 // placeImage puts the node image on the test libvirtd as 'labctl image
