@@ -39,7 +39,6 @@ interrupted. Its Deployment runs this; see docs/libvirt-provider.md.`,
 	}
 	fl := c.Flags()
 	fl.StringVar(&o.Namespace, "namespace", "", "watch only this namespace (default: all)")
-	fl.StringVar(&o.MetricsAddr, "metrics-bind-address", "0", "where metrics listen; 0 turns them off")
 	fl.StringVar(&o.HealthAddr, "health-addr", ":9440", "where the health probes (/healthz, /readyz) listen")
 	fl.BoolVar(&o.LeaderElect, "leader-elect", false, "elect one active replica among several")
 	fl.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's)")

@@ -9,29 +9,33 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/utils/ptr"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
@@ -44,9 +48,8 @@ type Options struct {
 	Kubeconfig string
 	// Namespace limits the provider to one namespace; empty watches all.
 	Namespace string
-	// MetricsAddr and HealthAddr are where metrics and the health probes
-	// listen; "0" turns metrics off.
-	MetricsAddr, HealthAddr string
+	// HealthAddr is where /healthz and /readyz listen; "0" or empty: nowhere.
+	HealthAddr string
 	// LeaderElect runs one active replica among several.
 	LeaderElect bool
 	// LeaderElectionNamespace holds the lease; empty means the pod's.
@@ -80,14 +83,21 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
+// leaseName is the leader election lease.
+const leaseName = "libvirt-provider.infrastructure.labctl.dev"
+
 // Run runs the provider until ctx ends.
 func Run(ctx context.Context, o Options) error {
 	w := o.Log
 	if w == nil {
 		w = os.Stderr
 	}
-	logger := funcr.NewJSON(func(obj string) { fmt.Fprintln(w, obj) }, funcr.Options{})
-	ctrllog.SetLogger(logger)
+	var mu sync.Mutex
+	log := funcr.NewJSON(func(obj string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintln(w, obj)
+	}, funcr.Options{})
 
 	cfg, err := restConfig(o.Kubeconfig)
 	if err != nil {
@@ -97,52 +107,184 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	mo := ctrl.Options{
-		Scheme:                  s,
-		Logger:                  logger,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
-		HealthProbeBindAddress:  o.HealthAddr,
-		LeaderElection:          o.LeaderElect,
-		LeaderElectionID:        "libvirt-provider.infrastructure.labctl.dev",
-		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		// Controller names are registered process-wide for their metrics;
-		// tests run the provider more than once in one process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		Client: client.Options{Cache: &client.CacheOptions{
-			// Secrets are read uncached: a cache of every Secret in the
-			// cluster is neither needed nor welcome.
-			DisableFor: []client.Object{&corev1.Secret{}},
-		}},
-	}
+	co := cache.Options{Scheme: s}
 	if o.Namespace != "" {
-		mo.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{o.Namespace: {}}}
+		co.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
 	}
-	mgr, err := ctrl.NewManager(cfg, mo)
+	informers, err := cache.New(cfg, co)
 	if err != nil {
-		return fmt.Errorf("starting the provider's manager: %w", err)
+		return fmt.Errorf("starting the provider's cache: %w", err)
 	}
-	if err := mgr.AddHealthzCheck("ping", func(*http.Request) error { return nil }); err != nil {
-		return err
+	// Secrets are read uncached: a cache of every Secret in the cluster
+	// is neither needed nor welcome.
+	direct, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return fmt.Errorf("connecting to the management cluster: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("ping", func(*http.Request) error { return nil }); err != nil {
-		return err
+	c, err := client.New(cfg, client.Options{Scheme: s, Cache: &client.CacheOptions{Reader: informers, DisableFor: []client.Object{&corev1.Secret{}}}})
+	if err != nil {
+		return fmt.Errorf("connecting to the management cluster: %w", err)
 	}
-	hosts := Hosts{Secrets: mgr.GetAPIReader()}
+	hosts := Hosts{Secrets: direct}
 	rs := &Reconcilers{
-		Cluster:  &ClusterReconciler{Client: mgr.GetClient(), Hosts: hosts},
-		Machine:  &MachineReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Hosts: hosts},
-		Template: &TemplateReconciler{Client: mgr.GetClient()},
+		Cluster:  &ClusterReconciler{Client: c, Hosts: hosts},
+		Machine:  &MachineReconciler{Client: c, Reader: direct, Hosts: hosts},
+		Template: &TemplateReconciler{Client: c},
 	}
 	if o.Tune != nil {
 		o.Tune(rs)
 	}
-	if err := rs.setup(mgr, max(o.Concurrency, 1)); err != nil {
+	loops, err := rs.watch(ctx, informers, c, max(o.Concurrency, 1), log)
+	if err != nil {
 		return err
 	}
-	if err := mgr.Start(ctx); err != nil {
-		return fmt.Errorf("running the provider: %w", err)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- informers.Start(ctx) }()
+	var ready atomic.Bool
+	if o.HealthAddr != "" && o.HealthAddr != "0" {
+		srv, err := healthServer(o.HealthAddr, &ready)
+		if err != nil {
+			return err
+		}
+		go func() { errc <- srv.Serve() }()
+		defer srv.Close()
+	}
+	if !informers.WaitForCacheSync(ctx) {
+		cancel()
+		if err := <-errc; err != nil {
+			return fmt.Errorf("filling the provider's cache: %w", err)
+		}
+		return ctx.Err()
+	}
+	ready.Store(true)
+	work := func(ctx context.Context) {
+		log.Info("reconciling", "namespace", o.Namespace)
+		var wg sync.WaitGroup
+		for _, l := range loops {
+			wg.Go(func() { l.run(ctx) })
+		}
+		wg.Wait()
+	}
+	if !o.LeaderElect {
+		work(ctx)
+		return nil
+	}
+	return leaderElect(ctx, cfg, o.LeaderElectionNamespace, log, work)
+}
+
+// watch makes the three loops and their watches: a LibvirtMachine is
+// looked at when it, its Machine (bootstrap data, failure domain), its
+// Cluster (infrastructure, pause) or its IPAddressClaim changes; a
+// LibvirtCluster when it or its Cluster does.
+func (rs *Reconcilers) watch(ctx context.Context, informers cache.Cache, c client.Client, concurrency int, log logr.Logger) ([]*loop, error) {
+	machines := newLoop("libvirtmachine", rs.Machine, concurrency, log)
+	clusters := newLoop("libvirtcluster", rs.Cluster, 1, log)
+	templates := newLoop("libvirtmachinetemplate", rs.Template, 1, log)
+	for _, w := range []struct {
+		l   *loop
+		obj client.Object
+		m   mapFunc
+	}{
+		{machines, &v1alpha1.LibvirtMachine{}, self},
+		{machines, &ipamv1.IPAddressClaim{}, ownerOfKind("LibvirtMachine")},
+		{machines, &clusterv1.Machine{}, machineToLibvirtMachine},
+		{machines, &clusterv1.Cluster{}, clusterToLibvirtMachines(c)},
+		{clusters, &v1alpha1.LibvirtCluster{}, self},
+		{clusters, &clusterv1.Cluster{}, clusterToLibvirtCluster},
+		{templates, &v1alpha1.LibvirtMachineTemplate{}, self},
+	} {
+		if err := w.l.watch(ctx, informers, w.obj, w.m); err != nil {
+			return nil, err
+		}
+	}
+	return []*loop{machines, clusters, templates}, nil
+}
+
+// ownerOfKind maps an object to its controller owner of that kind in the
+// provider's group.
+func ownerOfKind(kind string) mapFunc {
+	return func(_ context.Context, o client.Object) []reconcile.Request {
+		for _, ref := range o.GetOwnerReferences() {
+			if ref.Kind == kind && groupOf(ref.APIVersion) == v1alpha1.GroupVersion.Group {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
+			}
+		}
+		return nil
+	}
+}
+
+// health answers /healthz always and /readyz once the cache is filled.
+type health struct {
+	l   net.Listener
+	srv *http.Server
+}
+
+func healthServer(addr string, ready *atomic.Bool) (*health, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health probes on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "the cache is not filled yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	return &health{l: l, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
+}
+
+func (h *health) Serve() error {
+	if err := h.srv.Serve(h.l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
 	}
 	return nil
+}
+
+func (h *health) Close() { _ = h.srv.Close() }
+
+// leaderElect runs work while this replica holds the lease (client-go's
+// leader election on a Lease, as controller-runtime's manager does), and
+// returns when ctx ends or the lease is lost.
+func leaderElect(ctx context.Context, cfg *rest.Config, ns string, log logr.Logger, work func(context.Context)) error {
+	if ns == "" {
+		b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+		if err != nil {
+			return fmt.Errorf("leader election: no --leader-election-namespace, and not in a pod: %w", err)
+		}
+		ns = strings.TrimSpace(string(b))
+	}
+	id, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	id += "_" + string(uuid.NewUUID())
+	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, ns, leaseName,
+		resourcelock.ResourceLockConfig{Identity: id}, cfg, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	lost := make(chan struct{})
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+		ReleaseOnCancel: true, Name: leaseName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: work,
+			OnStoppedLeading: func() { close(lost) },
+		},
+	})
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-lost:
+		log.Info("lost the leader lease; stopping")
+		return errors.New("leader election: lost the lease")
+	}
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
@@ -153,39 +295,11 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		}
 		return cfg, nil
 	}
-	cfg, err := ctrl.GetConfig()
+	cfg, err := config.GetConfig()
 	if err != nil {
 		return nil, fmt.Errorf("finding the management cluster (in-cluster config or $KUBECONFIG; or pass --kubeconfig): %w", err)
 	}
 	return cfg, nil
-}
-
-func (rs *Reconcilers) setup(mgr ctrl.Manager, concurrency int) error {
-	c := mgr.GetClient()
-	err := ctrl.NewControllerManagedBy(mgr).Named("libvirtmachine").
-		For(&v1alpha1.LibvirtMachine{}).
-		Owns(&ipamv1.IPAddressClaim{}).
-		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(machineToLibvirtMachine)).
-		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(clusterToLibvirtMachines(c))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
-		Complete(rs.Machine)
-	if err != nil {
-		return fmt.Errorf("setting up the LibvirtMachine controller: %w", err)
-	}
-	err = ctrl.NewControllerManagedBy(mgr).Named("libvirtcluster").
-		For(&v1alpha1.LibvirtCluster{}).
-		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(clusterToLibvirtCluster)).
-		Complete(rs.Cluster)
-	if err != nil {
-		return fmt.Errorf("setting up the LibvirtCluster controller: %w", err)
-	}
-	err = ctrl.NewControllerManagedBy(mgr).Named("libvirtmachinetemplate").
-		For(&v1alpha1.LibvirtMachineTemplate{}).
-		Complete(rs.Template)
-	if err != nil {
-		return fmt.Errorf("setting up the LibvirtMachineTemplate controller: %w", err)
-	}
-	return nil
 }
 
 // machineToLibvirtMachine maps a Machine to its LibvirtMachine: its
@@ -217,7 +331,7 @@ func clusterToLibvirtCluster(_ context.Context, o client.Object) []reconcile.Req
 
 // clusterToLibvirtMachines maps a Cluster to its LibvirtMachines: they
 // wait for its infrastructure, and for it to be unpaused.
-func clusterToLibvirtMachines(c client.Client) handler.MapFunc {
+func clusterToLibvirtMachines(c client.Client) mapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list v1alpha1.LibvirtMachineList
 		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingLabels{clusterv1.ClusterNameLabel: o.GetName()}); err != nil {

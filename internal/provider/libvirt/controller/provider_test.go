@@ -166,7 +166,7 @@ func startBed(t *testing.T) *bed {
 	var logs bytes.Buffer
 	go func() {
 		done <- controller.Run(ctx, controller.Options{
-			Kubeconfig: providerKubeconfig, MetricsAddr: "0", HealthAddr: "0", Concurrency: 2,
+			Kubeconfig: providerKubeconfig, HealthAddr: "127.0.0.1:0", Concurrency: 2,
 			Log: &syncWriter{w: &logs},
 			Tune: func(r *controller.Reconcilers) {
 				r.Machine.Retry = time.Second
