@@ -278,13 +278,14 @@ func leaderElect(ctx context.Context, cfg *rest.Config, ns string, log logr.Logg
 			OnStoppedLeading: func() { close(lost) },
 		},
 	})
-	select {
-	case <-ctx.Done():
+	// OnStoppedLeading runs on a cancelled ctx too (the lease released):
+	// only a lease lost while ctx lives is an error.
+	if ctx.Err() != nil {
 		return nil
-	case <-lost:
-		log.Info("lost the leader lease; stopping")
-		return errors.New("leader election: lost the lease")
 	}
+	<-lost
+	log.Info("lost the leader lease; stopping")
+	return errors.New("leader election: lost the lease")
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
