@@ -5,6 +5,8 @@
 #                       unix, ssh and TLS) and on a real libvirtd booting a real
 #                       VM (as root), and fuzz seeds
 #   make lint           gofmt and go vet
+#   make generate       the libvirt provider's deepcopy code and CRDs, by
+#                       controller-gen (hack/generate.sh)
 #   make testbed        build etcd, kube-apiserver and kubectl into .testbed/bin,
 #                       and (as root) the real-VM test image into .cache/
 #   make testbed-controllers  build the real controllers (Cluster API, CAPMOX,
@@ -45,7 +47,7 @@ GORELEASER  ?= github.com/goreleaser/goreleaser/v2@v2.15.1
 
 LVBED       := hack/libvirt-testbed
 
-.PHONY: build test lint testbed testbed-controllers bench-testbed sim fuzz bench bench-libvirt release-check clean help
+.PHONY: build test lint generate testbed testbed-controllers bench-testbed sim fuzz bench bench-libvirt release-check clean help
 
 # Pure Go, as the releases are: the libvirt driver needs no cgo.
 build: ## build bin/labctl
@@ -80,6 +82,9 @@ lint: ## fail on unformatted files, then go vet
 	fi; \
 	echo "gofmt: clean"
 	$(GO) vet ./...
+
+generate: ## regenerate the libvirt provider's deepcopy code and CRDs (controller-gen)
+	hack/generate.sh
 
 testbed: ## build the test bed, the real controllers too (and, as root, the test image) when missing
 	hack/testenv.sh all

@@ -165,6 +165,7 @@ arguments), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).`,
 		c.GroupID = "setup"
 		root.AddCommand(c)
 	}
+	root.AddCommand(newProviderCmd(f))
 	root.SetHelpCommandGroupID("setup")
 	root.SetCompletionCommandGroupID("setup")
 	usageErrors(root)

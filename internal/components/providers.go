@@ -102,8 +102,7 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 	}
 	defs = append(defs, providerDef{kind: "IPAMProvider", ctype: "ipam", name: "in-cluster", namespace: "capi-ipam-in-cluster-system", version: pins.IPAMInCluster})
 	if st.Libvirt.Enabled {
-		defs = append(defs, providerDef{kind: "InfrastructureProvider", ctype: "infrastructure", name: "libvirt", namespace: "capi-libvirt-system",
-			version: pins.LibvirtProvider, fetchURL: st.Libvirt.FetchURL})
+		defs = append(defs, libvirtDef(pins.LibvirtProvider, st.Libvirt.FetchURL))
 	}
 	if st.Kamaji.Enabled {
 		defs = append(defs, providerDef{kind: "ControlPlaneProvider", ctype: "control-plane", name: "kamaji", namespace: "kamaji-system",
@@ -233,6 +232,13 @@ func (d providerDef) configMap(offline string) (*unstructured.Unstructured, erro
 	if err != nil {
 		return nil, fmt.Errorf("offline folder: reading %s %s metadata: %w", d.kind, d.name, err)
 	}
+	return d.packConfigMap(components, metadata)
+}
+
+// packConfigMap is the ConfigMap cluster-api-operator reads through
+// spec.fetchConfig.selector for one release: keys components (gzipped
+// past maxPlainComponents) and metadata, and the version label.
+func (d providerDef) packConfigMap(components, metadata []byte) (*unstructured.Unstructured, error) {
 	labels := map[string]string{labelProviderName: d.name, labelProviderType: d.ctype, labelProviderVersion: d.version}
 	data := map[string]any{"metadata": string(metadata)}
 	cm := object(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, d.namespace, d.label()+"-"+d.version, labels, map[string]any{"data": data})
@@ -244,10 +250,10 @@ func (d providerDef) configMap(offline string) (*unstructured.Unstructured, erro
 	zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
 	_, _ = zw.Write(components)
 	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("offline folder: compressing %s %s components: %w", d.kind, d.name, err)
+		return nil, fmt.Errorf("compressing %s %s components: %w", d.kind, d.name, err)
 	}
 	if b.Len()+len(metadata) > 1000<<10 {
-		return nil, fmt.Errorf("offline folder: %s %s components are %d bytes even gzipped; a ConfigMap holds at most 1 MiB", d.kind, d.name, b.Len())
+		return nil, fmt.Errorf("%s %s components are %d bytes even gzipped; a ConfigMap holds at most 1 MiB", d.kind, d.name, b.Len())
 	}
 	cm.Object["binaryData"] = map[string]any{"components": base64.StdEncoding.EncodeToString(b.Bytes())}
 	cm.SetAnnotations(map[string]string{annotationCompressed: "true"})

@@ -114,6 +114,13 @@ type VMSpec struct {
 	Network   NetworkSpec
 	CloudInit CloudInit
 	Tags      []string // extra tags beyond Tag and LabTag(Lab)
+	// UUID is the libvirt domain's UUID (lowercase 8-4-4-4-12 hex); empty
+	// lets libvirt pick. labctl's Cluster API provider sets the
+	// LibvirtMachine's UID, so the domain is found by it after any crash.
+	UUID string
+	// ExtraDisksGiB are empty qcow2 data disks after the first
+	// (libvirt only).
+	ExtraDisksGiB []int
 }
 
 // NetworkSpec attaches the VM's first NIC. With Bridge and Network both
@@ -131,6 +138,9 @@ type NetworkSpec struct {
 // CloudInit is the VM's NoCloud data. Drivers put it where their platform
 // reads it: a seed ISO, Proxmox's built-in keys, or both.
 type CloudInit struct {
+	// InstanceID is meta-data's instance-id; empty derives one from the
+	// data (cloudinit.InstanceID), so new data makes cloud-init run again.
+	InstanceID    string
 	Hostname      string
 	User          string
 	SSHKeys       []string
@@ -152,6 +162,7 @@ type VM struct {
 	ID        int    // Proxmox VMID; 0 on libvirt
 	Node      string // Proxmox node; empty on libvirt
 	Lab       string
+	UUID      string // libvirt domain UUID; empty on Proxmox
 	Running   bool
 	Template  bool
 	CPUs      int

@@ -101,15 +101,20 @@ func Get(ctx context.Context, hc *http.Client, rawURL string) (*http.Response, e
 	return resp, nil
 }
 
-// SeedISO is the NoCloud seed of VM name: its user-data, meta-data (with an
-// instance id that changes with the data, so cloud-init runs again on new
-// data, and the hostname, name unless set) and network-config.
+// SeedISO is the NoCloud seed of VM name: its user-data, meta-data (with
+// ci.InstanceID, else an instance id that changes with the data, so
+// cloud-init runs again on new data, and the hostname, name unless set)
+// and network-config.
 func SeedISO(name string, ci hypervisor.CloudInit) ([]byte, error) {
 	host := ci.Hostname
 	if host == "" {
 		host = name
 	}
-	md, err := cloudinit.MetaData(cloudinit.InstanceID(name, ci.UserData, ci.NetworkConfig), host)
+	id := ci.InstanceID
+	if id == "" {
+		id = cloudinit.InstanceID(name, ci.UserData, ci.NetworkConfig)
+	}
+	md, err := cloudinit.MetaData(id, host)
 	if err != nil {
 		return nil, fmt.Errorf("VM %s: %w", name, err)
 	}

@@ -58,6 +58,11 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 	}
 	d := &Driver{opts: o, l: l}
 	d.upload = d.streamUpload
+	if o.Upload != nil {
+		d.upload = func(ctx context.Context, vol lv.StorageVol, r readerLen) error {
+			return o.Upload(ctx, vol.Name, r.Reader, r.Len)
+		}
+	}
 	return d, nil
 }
 

@@ -79,6 +79,19 @@ func (d *Driver) markers(p lv.StoragePool, image string) ([]string, error) {
 	return sums, nil
 }
 
+// VolumeNames lists the volumes of the configured pool. Not part of
+// hypervisor.Driver: tests use it to see what a VM left behind.
+func (d *Driver) VolumeNames(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p, err := d.pool()
+	if err != nil {
+		return nil, err
+	}
+	return d.volumeNames(p)
+}
+
 // volumeNames lists the names of the volumes in p.
 func (d *Driver) volumeNames(p lv.StoragePool) ([]string, error) {
 	vols, _, err := d.l.StoragePoolListAllVolumes(p, 1, 0)

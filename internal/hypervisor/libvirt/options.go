@@ -16,9 +16,11 @@
 package libvirt
 
 import (
+	"context"
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 	"time"
@@ -42,6 +44,11 @@ type Options struct {
 	// ssh-agent; empty means ssh's default ~/.ssh/id_ed25519, id_ecdsa,
 	// id_rsa, whichever exist.
 	SSHKeyFile string
+	// KnownHostsFile, when set, is the only known_hosts file the ssh host
+	// key is checked against (the Cluster API provider's, from its
+	// credentials Secret); empty means ~/.ssh/known_hosts and
+	// /etc/ssh/ssh_known_hosts, as ssh reads them.
+	KnownHostsFile string
 	// TLS names the CA and client certificate for qemu+tls URIs; empty
 	// fields mean libvirt's usual paths.
 	TLS TLSFiles
@@ -70,7 +77,17 @@ type Options struct {
 	// ConsoleLogDir holds each VM's serial console log; empty means
 	// /var/log/libvirt/qemu on the host.
 	ConsoleLogDir string
+	// Upload, when set, replaces libvirt's volume stream
+	// (virStorageVolUpload) for the seed ISO and images. Only tests set
+	// it: libvirt's test driver (test:///default, which the test bed's
+	// libvirtd serves) has no volume streams, so they record the data
+	// instead. Production code leaves it nil.
+	Upload UploadFunc
 }
+
+// UploadFunc puts length bytes (-1: unknown) read from r into the named
+// volume, which exists and has that capacity.
+type UploadFunc func(ctx context.Context, volume string, r io.Reader, length int64) error
 
 func (o Options) validate() error {
 	var errs []error
@@ -110,9 +127,11 @@ func (o Options) consoleLog(vm string) string {
 	return strings.TrimSuffix(dir, "/") + "/" + vm + "-console.log"
 }
 
-// Volume names of one VM.
-func diskVolume(vm string) string { return vm + "-disk0.qcow2" }
-func seedVolume(vm string) string { return vm + "-seed.iso" }
+// Volume names of one VM: its root disk, its data disks (n from 1) and
+// its NoCloud seed.
+func diskVolume(vm string) string        { return vm + "-disk0.qcow2" }
+func dataVolume(vm string, n int) string { return fmt.Sprintf("%s-disk%d.qcow2", vm, n) }
+func seedVolume(vm string) string        { return vm + "-seed.iso" }
 
 // markerPrefix starts the names of an image's verified-upload markers.
 func markerPrefix(image string) string { return image + ".sha256-" }

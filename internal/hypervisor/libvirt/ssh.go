@@ -85,7 +85,14 @@ func dialSSH(ctx context.Context, t target, o Options) (net.Conn, error) {
 		}
 		login = u.Username
 	}
-	hk, err := newHostKeys(t.host, port)
+	known := knownHostsFiles()
+	if o.KnownHostsFile != "" {
+		known = []string{o.KnownHostsFile}
+	}
+	hk, err := newHostKeys(t.host, port, known)
+	if err == nil && o.KnownHostsFile != "" {
+		hk.where = o.KnownHostsFile
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -267,6 +274,8 @@ type hostKeys struct {
 	// prefers ecdsa would look changed).
 	algorithms []string
 	err        error // why the last check failed
+	// where names the known_hosts file in errors; empty means ssh's own.
+	where string
 }
 
 func knownHostsFiles() []string {
@@ -277,10 +286,10 @@ func knownHostsFiles() []string {
 	return append(files, "/etc/ssh/ssh_known_hosts")
 }
 
-func newHostKeys(host, port string) (*hostKeys, error) {
+func newHostKeys(host, port string, known []string) (*hostKeys, error) {
 	h := &hostKeys{host: host, port: port}
 	var files []string
-	for _, f := range knownHostsFiles() {
+	for _, f := range known {
 		if _, err := os.Stat(f); err == nil {
 			files = append(files, f)
 		} else if !errors.Is(err, fs.ErrNotExist) {
@@ -344,8 +353,12 @@ func (h *hostKeys) check(hostname string, remote net.Addr, key ssh.PublicKey) er
 	case err == nil:
 		return nil
 	case errors.As(err, &ke) && len(ke.Want) == 0:
-		h.err = fmt.Errorf("the ssh host key of %s (%s %s) is not in ~/.ssh/known_hosts, and labctl does not trust unknown hosts. If it is your host's key (compare: ssh-keygen -lf /etc/ssh/ssh_host_%s_key.pub on the host), add it: %s",
-			hostname, key.Type(), ssh.FingerprintSHA256(key), strings.TrimPrefix(key.Type(), "ssh-"), h.keyscan())
+		where, fix := "~/.ssh/known_hosts", h.keyscan()
+		if h.where != "" {
+			where, fix = h.where, strings.Replace(fix, "~/.ssh/known_hosts", h.where, 1)
+		}
+		h.err = fmt.Errorf("the ssh host key of %s (%s %s) is not in %s, and labctl does not trust unknown hosts. If it is your host's key (compare: ssh-keygen -lf /etc/ssh/ssh_host_%s_key.pub on the host), add it: %s",
+			hostname, key.Type(), ssh.FingerprintSHA256(key), where, strings.TrimPrefix(key.Type(), "ssh-"), fix)
 	case errors.As(err, &ke):
 		h.err = fmt.Errorf("the ssh host key of %s changed (%s %s, not the one in %s:%d): someone may be in between, or the host was reinstalled. Only if you know it was, replace the old key: ssh-keygen -R %s && %s",
 			hostname, key.Type(), ssh.FingerprintSHA256(key), ke.Want[0].Filename, ke.Want[0].Line, shellQuote(knownhosts.Normalize(hostname)), h.keyscan())

@@ -377,3 +377,46 @@ func TestSSHHostNotAnswering(t *testing.T) {
 		t.Fatalf("cancelled while waiting on a silent host: %v; want context.Canceled (the 1h timeout cannot have passed)", err)
 	}
 }
+
+// With Options.KnownHostsFile (the Cluster API provider's, from its
+// credentials Secret), that file alone says which host keys are trusted:
+// ~/.ssh/known_hosts neither lets a host in nor keeps it out.
+func TestSSHKnownHostsFileAlone(t *testing.T) {
+	dmn := testLibvirtd(t)
+	s := startSSHD(t)
+	_, other := newKey(t)
+	writeKnown := func(keys ...ssh.PublicKey) string {
+		var lines []string
+		for _, k := range keys {
+			lines = append(lines, knownhosts.Line([]string{knownhosts.Normalize("127.0.0.1:" + s.port)}, k))
+		}
+		p := filepath.Join(t.TempDir(), "known_hosts")
+		if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+
+	// HOME trusts another key; the file trusts the host's: it connects.
+	s.home(t, other.PublicKey())
+	o := sshOptions(s.uri(s.login, dmn.Sock), s.keyFile)
+	o.KnownHostsFile = writeKnown(s.hostKey)
+	d, err := New(t.Context(), o)
+	if err != nil {
+		t.Fatalf("with the host's key in KnownHostsFile: %v", err)
+	}
+	_ = d.Close()
+
+	// HOME trusts the host's key; the file does not: refused, naming the file.
+	s.home(t, s.hostKey)
+	o.KnownHostsFile = writeKnown(other.PublicKey())
+	_, err = New(t.Context(), o)
+	if err == nil || !strings.Contains(err.Error(), "changed") || !strings.Contains(err.Error(), o.KnownHostsFile) {
+		t.Fatalf("with another key in KnownHostsFile: %v; want the changed-key refusal naming %s", err, o.KnownHostsFile)
+	}
+	o.KnownHostsFile = writeKnown()
+	_, err = New(t.Context(), o)
+	if err == nil || !strings.Contains(err.Error(), "is not in "+o.KnownHostsFile) {
+		t.Fatalf("with an empty KnownHostsFile: %v; want the unknown-host refusal naming it", err)
+	}
+}

@@ -366,15 +366,7 @@ func TestVMLifecycle(t *testing.T) {
 	}
 
 	// The domain as libvirt stored it.
-	dom, err := d.l.DomainLookupByName("vm-one")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := d.l.DomainGetXMLDesc(dom, 0)
-	var dx libvirtxml.Domain
-	if err := dx.Unmarshal(raw); err != nil {
-		t.Fatal(err)
-	}
+	dx, raw := storedDomain(t, d, "vm-one")
 	if dx.Type != "test" { // the test driver offers only "test" guests
 		t.Errorf("domain type %q", dx.Type)
 	}
@@ -571,4 +563,79 @@ func TestCreateVMRejectsBadSpecs(t *testing.T) {
 	if vms, _ := d.ListVMs(t.Context(), "lab-b"); len(vms) != 0 {
 		t.Errorf("rejected specs left VMs: %+v", vms)
 	}
+}
+
+// The Cluster API provider names the domain's UUID (its LibvirtMachine's
+// UID), its instance-id, and asks for data disks; DeleteVM takes them all.
+func TestCreateVMWithUUIDAndDataDisks(t *testing.T) {
+	ctx := t.Context()
+	d, up := newTestDriver(t, testOptions(t))
+	spec := vmSpec(t, d, "lab-u", "vm-uuid")
+	spec.UUID = "0b6f2a52-4f0e-4c55-9a0e-3d3b7e1f0a11"
+	spec.CloudInit.InstanceID = spec.UUID
+	spec.ExtraDisksGiB = []int{2, 3}
+	vm, err := d.CreateVM(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vm.UUID != spec.UUID {
+		t.Errorf("VM UUID %q, want %q", vm.UUID, spec.UUID)
+	}
+	dx, _ := storedDomain(t, d, "vm-uuid")
+	var got []string
+	for _, disk := range dx.Devices.Disks {
+		got = append(got, disk.Target.Dev+"="+disk.Source.Volume.Volume)
+	}
+	want := []string{"vda=vm-uuid-disk0.qcow2", "vdb=vm-uuid-disk1.qcow2", "vdc=vm-uuid-disk2.qcow2", "sda=vm-uuid-seed.iso"}
+	if !slices.Equal(got, want) {
+		t.Errorf("disks %v, want %v", got, want)
+	}
+	p, _ := d.pool()
+	v, err := d.l.StorageVolLookupByName(p, "vm-uuid-disk2.qcow2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, capacity, _, err := d.l.StorageVolGetInfo(v); err != nil || capacity != 3<<30 {
+		t.Errorf("data disk 2 capacity %d (%v), want 3 GiB", capacity, err)
+	}
+	img, err := iso9660.OpenImage(bytes.NewReader(up.get("vm-uuid-seed.iso")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := img.RootDir()
+	kids, _ := root.GetChildren()
+	for _, k := range kids {
+		if k.Name() == "meta-data" {
+			b, _ := io.ReadAll(k.Reader())
+			if !strings.Contains(string(b), "instance-id: "+spec.UUID) {
+				t.Errorf("meta-data %q lacks the instance-id", b)
+			}
+		}
+	}
+	if err := d.DeleteVM(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range volumeNames(t, d) {
+		if strings.HasPrefix(v, "vm-uuid") {
+			t.Errorf("volume %s left after DeleteVM", v)
+		}
+	}
+}
+
+// storedDomain is the domain's XML as libvirt stored it, decoded and raw.
+func storedDomain(t *testing.T, d *Driver, name string) (libvirtxml.Domain, string) {
+	t.Helper()
+	dom, err := d.l.DomainLookupByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := d.l.DomainGetXMLDesc(dom, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dx libvirtxml.Domain
+	if err := dx.Unmarshal(raw); err != nil {
+		t.Fatal(err)
+	}
+	return dx, raw
 }

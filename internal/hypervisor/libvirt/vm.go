@@ -14,7 +14,15 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor/common"
 )
 
-var vmNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var (
+	vmNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	uuidRe   = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+)
+
+// formatUUID writes a domain UUID as libvirt shows it.
+func formatUUID(u lv.UUID) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
 
 // FindVM returns labctl's VM of this lab with the given name, or
 // ErrNotFound. A domain of that name that labctl did not make, or that
@@ -68,6 +76,7 @@ func (d *Driver) vmOf(dom lv.Domain) (hypervisor.VM, *vmMeta, error) {
 	return hypervisor.VM{
 		Name:      name,
 		Lab:       meta.Lab,
+		UUID:      formatUUID(dom.UUID),
 		Running:   running == 1,
 		CPUs:      int(vcpus),
 		MemoryMiB: int(maxMemKiB / 1024),
@@ -99,13 +108,22 @@ func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (vm hyper
 	}
 
 	disk, seed := diskVolume(spec.Name), seedVolume(spec.Name)
+	var data []string
+	for i := range spec.ExtraDisksGiB {
+		data = append(data, dataVolume(spec.Name, i+1))
+	}
+	volumes := append(append([]string{disk}, data...), seed)
 	defined := false
 	defer func() {
 		if defined {
 			return
 		}
 		// Runs after cancellation too: libvirt calls do not take ctx.
-		if cerr := errors.Join(d.deleteVolume(p, disk), d.deleteVolume(p, seed)); cerr != nil {
+		var errs []error
+		for _, v := range volumes {
+			errs = append(errs, d.deleteVolume(p, v))
+		}
+		if cerr := errors.Join(errs...); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("cleaning up after the failed create of %s: %w", spec.Name, cerr))
 		}
 	}()
@@ -114,6 +132,11 @@ func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (vm hyper
 		return hypervisor.VM{}, err
 	}
 	d.reached("disk created")
+	for i, name := range data {
+		if err := d.createDataDisk(ctx, p, name, spec.ExtraDisksGiB[i]); err != nil {
+			return hypervisor.VM{}, fmt.Errorf("VM %s: %w", spec.Name, err)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return hypervisor.VM{}, err
 	}
@@ -131,9 +154,9 @@ func (d *Driver) CreateVM(ctx context.Context, spec hypervisor.VMSpec) (vm hyper
 
 	tags := append([]string{hypervisor.Tag, hypervisor.LabTag(spec.Lab)}, spec.Tags...)
 	xml, err := domainXML(domainInput{
-		Spec: spec, Guest: guest, Pool: d.opts.Pool, Disk: disk, Seed: seed,
+		Spec: spec, Guest: guest, Pool: d.opts.Pool, Disk: disk, Data: data, Seed: seed,
 		ConsoleLog: d.opts.consoleLog(spec.Name),
-		Meta:       vmMeta{Lab: spec.Lab, Tags: tags, Volumes: []string{disk, seed}},
+		Meta:       vmMeta{Lab: spec.Lab, Tags: tags, Volumes: volumes},
 	})
 	if err != nil {
 		return hypervisor.VM{}, err
@@ -164,6 +187,14 @@ func checkSpec(s hypervisor.VMSpec) error {
 	}
 	if len(s.CloudInit.UserData) == 0 {
 		errs = append(errs, errors.New("no cloud-init user-data"))
+	}
+	if s.UUID != "" && !uuidRe.MatchString(s.UUID) {
+		errs = append(errs, fmt.Errorf("UUID %q is not lowercase 8-4-4-4-12 hex", s.UUID))
+	}
+	for _, g := range s.ExtraDisksGiB {
+		if g < 1 {
+			errs = append(errs, fmt.Errorf("extra disk of %d GiB is too small", g))
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("VM spec %s: %w", s.Name, errors.Join(errs...))
@@ -206,6 +237,25 @@ func (d *Driver) createOverlay(ctx context.Context, p lv.StoragePool, name strin
 	}
 	if _, err := d.l.StorageVolCreateXML(p, xml, 0); err != nil {
 		return fmt.Errorf("VM %s: creating disk %s: %w", spec.Name, name, err)
+	}
+	return nil
+}
+
+// createDataDisk makes an empty qcow2 data disk, replacing a leftover of
+// an interrupted create.
+func (d *Driver) createDataDisk(ctx context.Context, p lv.StoragePool, name string, sizeGiB int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := d.deleteVolume(p, name); err != nil {
+		return err
+	}
+	xml, err := volumeXML(name, "qcow2", uint64(sizeGiB)<<30, "", "")
+	if err != nil {
+		return err
+	}
+	if _, err := d.l.StorageVolCreateXML(p, xml, 0); err != nil {
+		return fmt.Errorf("creating data disk %s: %w", name, err)
 	}
 	return nil
 }

@@ -17,7 +17,8 @@ type domainInput struct {
 	Spec       hypervisor.VMSpec
 	Guest      guestProfile
 	Pool       string
-	Disk, Seed string // volume names in Pool
+	Disk, Seed string   // volume names in Pool
+	Data       []string // data disk volumes in Pool, after Disk
 	ConsoleLog string
 	Meta       vmMeta
 }
@@ -54,9 +55,34 @@ func domainXML(in domainInput) (string, error) {
 	default:
 		return "", fmt.Errorf("VM %s: no network or bridge to attach to", s.Name)
 	}
+	disks := []libvirtxml.DomainDisk{{
+		Device: "disk",
+		Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "qcow2", Discard: "unmap"},
+		Source: &libvirtxml.DomainDiskSource{Volume: &libvirtxml.DomainDiskSourceVolume{Pool: in.Pool, Volume: in.Disk}},
+		Target: &libvirtxml.DomainDiskTarget{Dev: "vda", Bus: "virtio"},
+	}}
+	for i, v := range in.Data {
+		if i >= 25 {
+			return "", fmt.Errorf("VM %s: at most 25 data disks (vdb..vdz)", s.Name)
+		}
+		disks = append(disks, libvirtxml.DomainDisk{
+			Device: "disk",
+			Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "qcow2", Discard: "unmap"},
+			Source: &libvirtxml.DomainDiskSource{Volume: &libvirtxml.DomainDiskSourceVolume{Pool: in.Pool, Volume: v}},
+			Target: &libvirtxml.DomainDiskTarget{Dev: "vd" + string(rune('b'+i)), Bus: "virtio"},
+		})
+	}
+	disks = append(disks, libvirtxml.DomainDisk{
+		Device:   "cdrom",
+		Driver:   &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"},
+		Source:   &libvirtxml.DomainDiskSource{Volume: &libvirtxml.DomainDiskSourceVolume{Pool: in.Pool, Volume: in.Seed}},
+		Target:   &libvirtxml.DomainDiskTarget{Dev: "sda", Bus: "sata"},
+		ReadOnly: &libvirtxml.DomainDiskReadOnly{},
+	})
 	d := &libvirtxml.Domain{
 		Type:          in.Guest.Type,
 		Name:          s.Name,
+		UUID:          s.UUID,
 		Metadata:      &libvirtxml.DomainMetadata{XML: meta},
 		Memory:        &libvirtxml.DomainMemory{Value: uint(s.MemoryMiB), Unit: "MiB"},
 		CurrentMemory: &libvirtxml.DomainCurrentMemory{Value: uint(s.MemoryMiB), Unit: "MiB"},
@@ -72,21 +98,7 @@ func domainXML(in domainInput) (string, error) {
 		OnReboot:   "restart",
 		OnCrash:    "destroy",
 		Devices: &libvirtxml.DomainDeviceList{
-			Disks: []libvirtxml.DomainDisk{
-				{
-					Device: "disk",
-					Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "qcow2", Discard: "unmap"},
-					Source: &libvirtxml.DomainDiskSource{Volume: &libvirtxml.DomainDiskSourceVolume{Pool: in.Pool, Volume: in.Disk}},
-					Target: &libvirtxml.DomainDiskTarget{Dev: "vda", Bus: "virtio"},
-				},
-				{
-					Device:   "cdrom",
-					Driver:   &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"},
-					Source:   &libvirtxml.DomainDiskSource{Volume: &libvirtxml.DomainDiskSourceVolume{Pool: in.Pool, Volume: in.Seed}},
-					Target:   &libvirtxml.DomainDiskTarget{Dev: "sda", Bus: "sata"},
-					ReadOnly: &libvirtxml.DomainDiskReadOnly{},
-				},
-			},
+			Disks:      disks,
 			Interfaces: []libvirtxml.DomainInterface{nic},
 			Serials: []libvirtxml.DomainSerial{{
 				Source: &libvirtxml.DomainChardevSource{Pty: &libvirtxml.DomainChardevSourcePty{}},

@@ -36,6 +36,7 @@ type Daemon struct {
 	cmd                       *exec.Cmd
 	log                       string
 	releasePort               func()
+	stopOnce                  sync.Once
 }
 
 var (
@@ -55,7 +56,7 @@ func Shared() (*Daemon, error) {
 // StopShared stops the daemon Shared started, if any.
 func StopShared() {
 	if shared != nil {
-		shared.stop()
+		shared.Stop()
 	}
 }
 
@@ -65,14 +66,36 @@ func Start(t testing.TB) *Daemon {
 	t.Helper()
 	d, err := Shared()
 	if err != nil {
-		why := "cannot start the test's own libvirtd: " + err.Error()
-		if os.Getenv("CI") != "" || os.Getenv("LABCTL_REQUIRE_LIBVIRT") != "" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
+		skipOrFail(t, err)
 	}
 	return d
 }
+
+// StartPrivate starts one more daemon, the test's alone, with its own
+// state, PKI and TLS port: a second host beside the shared one. It stops
+// when the test ends, or earlier by Stop (a host that goes away).
+func StartPrivate(t testing.TB) *Daemon {
+	t.Helper()
+	d, err := start()
+	if err != nil {
+		skipOrFail(t, err)
+	}
+	t.Cleanup(d.Stop)
+	return d
+}
+
+func skipOrFail(t testing.TB, err error) {
+	t.Helper()
+	why := "cannot start the test's own libvirtd: " + err.Error()
+	if os.Getenv("CI") != "" || os.Getenv("LABCTL_REQUIRE_LIBVIRT") != "" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
+// Stop stops a daemon StartPrivate started; its socket and TLS port stop
+// answering. Stopping twice is fine.
+func (d *Daemon) Stop() { d.stopOnce.Do(d.stop) }
 
 // NewPKI makes a CA with a server and a client certificate in dir, as the
 // daemon's own, for tests that need one the daemon does not know.

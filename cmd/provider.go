@@ -1,0 +1,47 @@
+package cmd
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/provider/libvirt/controller"
+)
+
+// newProviderCmd groups the Cluster API providers labctl itself is. It is
+// hidden: the provider's Deployment runs it, people do not.
+func newProviderCmd(f *cmdutil.Factory) *cobra.Command {
+	c := &cobra.Command{
+		Use:    "provider",
+		Short:  "Run one of labctl's Cluster API providers (what its Deployment runs)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+	}
+	c.AddCommand(newProviderLibvirtCmd(f))
+	return c
+}
+
+func newProviderLibvirtCmd(f *cmdutil.Factory) *cobra.Command {
+	var o controller.Options
+	c := &cobra.Command{
+		Use:   "libvirt",
+		Short: "Run the Cluster API infrastructure provider for libvirt hosts",
+		Long: `Run labctl's Cluster API infrastructure provider for libvirt hosts
+(LibvirtCluster, LibvirtMachine, LibvirtMachineTemplate in group
+infrastructure.labctl.dev) against the management cluster, until
+interrupted. Its Deployment runs this; see docs/libvirt-provider.md.`,
+		Example: "  labctl provider libvirt --kubeconfig mgmt.kubeconfig",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Kubeconfig = f.Settings.Kubeconfig
+			o.Log = f.IO.Err
+			return controller.Run(cmd.Context(), o)
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&o.Namespace, "namespace", "", "watch only this namespace (default: all)")
+	fl.StringVar(&o.HealthAddr, "health-addr", ":9440", "where the health probes (/healthz, /readyz) listen")
+	fl.BoolVar(&o.LeaderElect, "leader-elect", false, "elect one active replica among several")
+	fl.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's)")
+	fl.IntVar(&o.Concurrency, "concurrency", 4, "LibvirtMachines reconciled at once")
+	return c
+}

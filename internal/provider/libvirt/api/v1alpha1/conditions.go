@@ -1,0 +1,49 @@
+package v1alpha1
+
+// Condition types and reasons. Ready is the one Cluster API mirrors into
+// the Cluster's InfrastructureReady and the Machine's
+// InfrastructureReady conditions; the others say which step the
+// controller is at, and why it stopped there.
+const (
+	// ReadyCondition summarises the object: True once provisioned.
+	ReadyCondition = "Ready"
+
+	// HostsReachableCondition (LibvirtCluster) is True when every host
+	// answered; False names the hosts that did not, and why.
+	HostsReachableCondition = "HostsReachable"
+
+	// VirtualMachineProvisionedCondition (LibvirtMachine) is True once the
+	// domain is defined and started; False says what it waits for or why
+	// it failed.
+	VirtualMachineProvisionedCondition = "VirtualMachineProvisioned"
+)
+
+// Reasons.
+const (
+	ReachableReason       = "Reachable"
+	HostUnreachableReason = "HostUnreachable"
+	// CredentialsInvalidReason: a host's credentials Secret is missing or
+	// lacks a key.
+	CredentialsInvalidReason = "CredentialsInvalid"
+
+	ProvisionedReason                     = "Provisioned"
+	WaitingForClusterInfrastructureReason = "WaitingForClusterInfrastructure"
+	WaitingForBootstrapDataReason         = "WaitingForBootstrapData"
+	WaitingForIPAddressReason             = "WaitingForIPAddress"
+	// IPPoolExhaustedReason: the claim is not fulfilled and the pool has
+	// no free address.
+	IPPoolExhaustedReason = "IPPoolExhausted"
+	// NoHostWithRoomReason: no host of the failure domain (or of the
+	// cluster) has the memory the machine asks for.
+	NoHostWithRoomReason = "NoHostWithRoom"
+	// ImageMissingReason: the node image volume is not on the host.
+	ImageMissingReason = "ImageMissing"
+	// ProvisioningFailedReason: a libvirt call failed; the message says
+	// which and why. The controller retries.
+	ProvisioningFailedReason = "ProvisioningFailed"
+	// VirtualMachineNotFoundReason: a provisioned machine's domain is gone
+	// from every host that answers; it is not made again.
+	VirtualMachineNotFoundReason = "VirtualMachineNotFound"
+	DeletingReason               = "Deleting"
+	PausedReason                 = "Paused"
+)
