@@ -530,6 +530,7 @@ func createVM(c *call) (any, error) {
 		if start {
 			v.Running = true
 			v.agentUpAt = time.Now().Add(c.s.agentDelay)
+			c.s.emitPower(PowerOn, v)
 		}
 		return nil
 	})
@@ -650,6 +651,7 @@ func startVM(c *call) (any, error) {
 		if !v.Running {
 			v.Running = true
 			v.agentUpAt = time.Now().Add(c.s.agentDelay)
+			c.s.emitPower(PowerOn, v)
 		}
 		return nil
 	}), nil
@@ -661,7 +663,10 @@ func stopVM(c *call) (any, error) {
 		return nil, err
 	}
 	return c.startTask(n.Name, "qmstop", c.p["vmid"], nil, func() error {
-		v.Running = false
+		if v.Running {
+			v.Running = false
+			c.s.emitPower(PowerOff, v)
+		}
 		return nil
 	}), nil
 }
@@ -687,6 +692,7 @@ func deleteVM(c *call) (any, error) {
 			}
 		}
 		delete(c.s.vms, v.ID)
+		c.s.emitPower(Destroyed, v)
 		return nil
 	}), nil
 }

@@ -66,6 +66,7 @@ type Server struct {
 	addr     string
 	addrHook func(vm *VM) (string, bool)
 	cert     *tls.Certificate
+	power    *powerQueue
 }
 
 // OnGuestAddress overrides the IPv4 address (a.b.c.d/n) the guest agent
