@@ -46,3 +46,18 @@ func TestPowerEvents(t *testing.T) {
 		t.Fatalf("after destroy: %+v, want VM 300 destroyed (and no event for stopping a stopped VM)", ev)
 	}
 }
+
+// A volume ID's '/' needs no escaping in the content API's path, as on a
+// real PVE (the content subtree takes the rest of the URI as {volume}).
+func TestVolumePathTakesTheRest(t *testing.T) {
+	s := New(t)
+	s.mu.Lock()
+	s.nodes["pv1-1"].Storages["local"].Volumes["local:iso/seed.iso"] = &Volume{VolID: "local:iso/seed.iso", Content: "iso", Format: "iso", Size: 2048}
+	s.mu.Unlock()
+	out := wantStatus(t, s, 200, "GET", "/nodes/pv1-1/storage/local/content/local:iso/seed.iso", nil, false)
+	if d, _ := out["data"].(map[string]any); d["size"] != float64(2048) || d["format"] != "iso" {
+		t.Errorf("volume info = %v, want size 2048 and format iso", out["data"])
+	}
+	wantStatus(t, s, 200, "DELETE", "/nodes/pv1-1/storage/local/content/local:iso/seed.iso", nil, false)
+	wantStatus(t, s, 501, "GET", "/nodes/pv1-1/storage/local/contents/local:iso/seed.iso", nil, true)
+}
