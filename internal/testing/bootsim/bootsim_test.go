@@ -215,6 +215,25 @@ func TestUnbootableVMFailsTheTest(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the sim reported nothing for an unbootable VM in 30 s")
 	}
+	// CAPMOX's `cloud-init status` through the guest agent sees the
+	// failure (and would mark the machine's provisioning failed).
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	vm := vmOf(ctx, t, fake, 300)
+	if err := vm.WaitForAgent(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	pid, err := vm.AgentExec(ctx, []string{"cloud-init", "status"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := vm.WaitForAgentExecExit(ctx, pid, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ExitCode != 1 || st.OutData != "status: error\n" {
+		t.Errorf("cloud-init status of the unbooted VM: exit %d %q, want 1 \"status: error\"", st.ExitCode, st.OutData)
+	}
 	if got := sim.Failures(); len(got) != 1 {
 		t.Errorf("failures %v, want one", got)
 	}
@@ -228,8 +247,9 @@ func TestUnbootableVMFailsTheTest(t *testing.T) {
 // uploaded ISO's bytes.
 func cloudInit(t *testing.T, fake *pvetest.Server, vmid int, userData, metaData, network string) []byte {
 	t.Helper()
-	v := fake.AddVM("pv1-1", vmid, "m", 2048, false, false)
-	_ = v
+	// As image-builder's templates: the guest agent on. (Set before the
+	// server knows of any request for this VM.)
+	fake.AddVM("pv1-1", vmid, "m", 2048, false, false).Config["agent"] = "1"
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	vm := vmOf(ctx, t, fake, vmid)

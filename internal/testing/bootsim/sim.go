@@ -87,8 +87,10 @@ type Sim struct {
 	mu       sync.Mutex
 	clusters map[string]*workload // by control-plane endpoint host:port
 	machines map[int]*machine     // by VMID
-	failures []string
-	done     bool
+	// cloudInit is each powered-on VM's `cloud-init status`.
+	cloudInit map[int]string
+	failures  []string
+	done      bool
 }
 
 type workload struct {
@@ -127,7 +129,7 @@ func Start(t testing.TB, fake *pvetest.Server, opts ...Option) *Sim {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sim{t: t, fake: fake, assets: assets, dir: t.TempDir(), ciliumDelay: 3 * time.Second,
-		ctx: ctx, cancel: cancel, clusters: map[string]*workload{}, machines: map[int]*machine{}}
+		ctx: ctx, cancel: cancel, clusters: map[string]*workload{}, machines: map[int]*machine{}, cloudInit: map[int]string{}}
 	s.onFail = func(msg string) { t.Errorf("%s", msg) }
 	for _, o := range opts {
 		o(s)
@@ -137,6 +139,7 @@ func Start(t testing.TB, fake *pvetest.Server, opts ...Option) *Sim {
 	// to return for good, then the processes stop.
 	t.Cleanup(s.stop)
 	fake.OnPower(s.power)
+	fake.OnGuestExec(s.guestExec)
 	t.Cleanup(s.cancel)
 	return s
 }
@@ -163,6 +166,7 @@ func (s *Sim) fail(vmid int, format string, args ...any) {
 	msg := fmt.Sprintf("bootsim: VM %d stays unbooted: %s", vmid, fmt.Sprintf(format, args...))
 	s.mu.Lock()
 	s.failures = append(s.failures, msg)
+	s.cloudInit[vmid] = cloudInitError
 	done := s.done
 	s.mu.Unlock()
 	s.t.Log(msg)
@@ -195,6 +199,36 @@ func (w *workload) stopAll() {
 	w.cp.stop()
 }
 
+// cloud-init's `cloud-init status` answers (cloudinit/cmd/status.py:
+// "status: <running|done|error>", exit code 0, or 1 for error).
+const (
+	cloudInitRunning = "running"
+	cloudInitDone    = "done"
+	cloudInitError   = "error"
+)
+
+// guestExec is the guest agent's exec inside a VM the sim boots (the
+// image-builder template has qemu-guest-agent): CAPMOX asks
+// `cloud-init status` until it is no longer running
+// (pkg/proxmox/goproxmox/api_client.go CloudInitStatus, v0.9.0). Until
+// the sim has acted on the VM's power-on, cloud-init is still running.
+func (s *Sim) guestExec(vm pvetest.VM, argv []string) (pvetest.GuestExec, bool) {
+	if len(argv) != 2 || argv[0] != "cloud-init" || argv[1] != "status" {
+		return pvetest.GuestExec{}, false
+	}
+	s.mu.Lock()
+	st, ok := s.cloudInit[vm.ID]
+	s.mu.Unlock()
+	if !ok {
+		st = cloudInitRunning
+	}
+	res := pvetest.GuestExec{Out: "status: " + st + "\n"}
+	if st == cloudInitError {
+		res.ExitCode = 1
+	}
+	return res, true
+}
+
 // power is the fake PVE's hook: one event at a time, in order.
 func (s *Sim) power(ev pvetest.PowerEvent) {
 	if s.ctx.Err() != nil {
@@ -224,6 +258,9 @@ func cdromISO(vm pvetest.VM) (storage, volid string, ok bool) {
 }
 
 func (s *Sim) boot(vm pvetest.VM) {
+	s.mu.Lock()
+	s.cloudInit[vm.ID] = cloudInitRunning
+	s.mu.Unlock()
 	st, volid, ok := cdromISO(vm)
 	if !ok {
 		s.fail(vm.ID, "no cloud-init ISO on a cdrom drive in its config %v", vm.Config)
@@ -278,6 +315,7 @@ func (s *Sim) boot(vm pvetest.VM) {
 	}
 	s.mu.Lock()
 	s.machines[vm.ID] = &machine{vmid: vm.ID, node: b.Node.Name, cluster: w}
+	s.cloudInit[vm.ID] = cloudInitDone
 	s.mu.Unlock()
 	s.t.Logf("bootsim: VM %d booted: kubeadm %s, Node %s (%s, %s)", vm.ID, b.Action, b.Node.Name, b.Node.ProviderID, ip)
 }
@@ -288,6 +326,7 @@ func (s *Sim) halt(vm pvetest.VM) {
 	s.mu.Lock()
 	m := s.machines[vm.ID]
 	delete(s.machines, vm.ID)
+	delete(s.cloudInit, vm.ID)
 	s.mu.Unlock()
 	if m == nil {
 		return

@@ -1,0 +1,248 @@
+package box_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/labctl/labctl/internal/clusterapi"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/testing/bootsim"
+	"github.com/labctl/labctl/internal/testing/testbed/box"
+	"github.com/labctl/labctl/internal/testing/testbed/pki"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// lab1's machines boot: the real CAPMOX clones and starts the
+// control-plane VM from labctl's rendered objects, the sim boots it with
+// the real kubeadm bootstrap provider's cloud-config (kubeadm init: a
+// workload control plane on the VIP 127.77.0.30), and the real
+// KubeadmControlPlane reports the control plane initialized; the
+// kubeconfig Secret Cluster API writes reaches the workload API server.
+// Then the worker pool scaled to one joins: its Node is Ready with the
+// ProxmoxMachine's providerID, the VM's cores and memory and the pool's
+// label, and both Machines are Running with their nodeRef.
+func TestLab1MachinesBoot(t *testing.T) {
+	box.Require(t, "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox", "kwok")
+	ca, err := pki.NewCA("labctl test PVE CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The guest agent of image-builder's template answers once the VM
+	// runs; the sim answers its cloud-init status.
+	fake, lab := pveLab(t, ca, ca)
+	sim := bootsim.Start(t, fake)
+
+	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", SSHKeys: []string{sshKey}, Pins: versions.MustGet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := lab.Images[0]
+	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
+	fake.AddVM("pv1-1", lab.Management.VMID, lab.Management.Name, 8192, true, false)
+
+	env, args := capmoxProcess(t, lab, t.TempDir())
+	b := box.Start(t,
+		box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox"),
+		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...))
+	kc := kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig)
+	cl, err := client.New(b.Env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
+	defer cancel()
+	if _, err := kc.Apply(ctx, r.Objects, kube.ApplyOptions{}); err != nil {
+		t.Fatalf("applying lab1's objects: %v", err)
+	}
+	ns := r.Namespace
+	alive := func() {
+		t.Helper()
+		for name, p := range b.Procs {
+			if exited, err := p.Exited(); exited {
+				t.Fatalf("%s exited: %v", name, err)
+			}
+		}
+		if f := sim.Failures(); len(f) > 0 {
+			t.Fatalf("a VM did not boot: %v", f)
+		}
+	}
+
+	// The real KCP marks the control plane initialized once it reads
+	// kubeadm-config from the workload cluster.
+	kcp := get(ctx, t, cl, "controlplane.cluster.x-k8s.io", "KubeadmControlPlane", ns, r.ControlPlane)
+	waitUntil(ctx, t, 6*time.Minute, "KubeadmControlPlane status.initialization.controlPlaneInitialized", alive, func() (bool, string) {
+		kcp = get(ctx, t, cl, "controlplane.cluster.x-k8s.io", "KubeadmControlPlane", ns, r.ControlPlane)
+		ok, _, _ := unstructured.NestedBool(kcp.Object, "status", "initialization", "controlPlaneInitialized")
+		conds, _, _ := unstructured.NestedSlice(kcp.Object, "status", "conditions")
+		return ok, fmt.Sprint(conds)
+	})
+
+	// Cluster API's kubeconfig Secret works against the sim's API server.
+	var sec corev1.Secret
+	if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: "lab1-kubeconfig"}, &sec); err != nil {
+		t.Fatalf("Cluster API's kubeconfig Secret: %v", err)
+	}
+	wcfg, err := clientcmd.RESTConfigFromKubeConfig(sec.Data["value"])
+	if err != nil {
+		t.Fatalf("lab1-kubeconfig: %v", err)
+	}
+	if wcfg.Host != "https://127.77.0.30:6443" {
+		t.Errorf("lab1-kubeconfig names %s, want the VIP https://127.77.0.30:6443", wcfg.Host)
+	}
+	wcs, err := kubernetes.NewForConfig(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := wcs.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubeadm-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading kubeadm-config with Cluster API's kubeconfig: %v", err)
+	}
+	if !strings.Contains(cm.Data["ClusterConfiguration"], "controlPlaneEndpoint: 127.77.0.30:6443") {
+		t.Errorf("kubeadm-config's ClusterConfiguration lacks the endpoint:\n%s", cm.Data["ClusterConfiguration"])
+	}
+
+	// The control-plane Machine is Running with its Node.
+	cpMachine := runningMachine(ctx, t, cl, wcs, ns, "cluster.x-k8s.io/control-plane", alive)
+	cpNode, err := wcs.CoreV1().Nodes().Get(ctx, cpMachine.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cpNode.Labels[bootsim.LabelControlPlane]; !ok || !hasTaint(cpNode, bootsim.LabelControlPlane) {
+		t.Errorf("control-plane Node %s: labels %v taints %v, want kubeadm's control-plane label and taint", cpNode.Name, cpNode.Labels, cpNode.Spec.Taints)
+	}
+
+	// A worker joins when the pool is scaled to one.
+	md := get(ctx, t, cl, "cluster.x-k8s.io", "MachineDeployment", ns, "lab1-workers")
+	if err := cl.Patch(ctx, md, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":1}}`))); err != nil {
+		t.Fatalf("scaling lab1-workers to 1: %v", err)
+	}
+	worker := runningMachine(ctx, t, cl, wcs, ns, "cluster.x-k8s.io/deployment-name=lab1-workers", alive)
+	node, err := wcs.CoreV1().Nodes().Get(ctx, worker.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.ProviderID != worker.providerID {
+		t.Errorf("worker Node %s providerID %q, want the ProxmoxMachine's %q", node.Name, node.Spec.ProviderID, worker.providerID)
+	}
+	if node.Labels["labctl.dev/pool"] != "workers" || hasTaint(node, bootsim.LabelControlPlane) {
+		t.Errorf("worker Node %s: labels %v taints %v, want the pool's label and no control-plane taint", node.Name, node.Labels, node.Spec.Taints)
+	}
+	wantSpec := machineSpec(t, r.Find("ProxmoxMachineTemplate", workerTemplate(t, r)))
+	if got := node.Status.Capacity[corev1.ResourceCPU]; got.Cmp(*resource.NewQuantity(wantSpec.cores, resource.DecimalSI)) != 0 {
+		t.Errorf("worker Node cpu capacity %s, want the VM's %d cores", got.String(), wantSpec.cores)
+	}
+	if got := node.Status.Capacity[corev1.ResourceMemory]; got.Value() != wantSpec.memoryMiB<<20 {
+		t.Errorf("worker Node memory capacity %s, want the VM's %d MiB", got.String(), wantSpec.memoryMiB)
+	}
+	t.Logf("worker %s: Node %s Ready, providerID %s, capacity %v", worker.name, node.Name, node.Spec.ProviderID, node.Status.Capacity)
+}
+
+func workerTemplate(t *testing.T, r *clusterapi.Rendered) string {
+	t.Helper()
+	md := r.Find("MachineDeployment", "lab1-workers")
+	if md == nil {
+		t.Fatal("lab1 renders no MachineDeployment lab1-workers")
+	}
+	name, _, _ := unstructured.NestedString(md.Object, "spec", "template", "spec", "infrastructureRef", "name")
+	return name
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+func get(ctx context.Context, t *testing.T, cl client.Client, group, kind, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: group, Version: "v1beta2", Kind: kind})
+	if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u); err != nil {
+		t.Fatalf("getting %s %s/%s: %v", kind, ns, name, err)
+	}
+	return u
+}
+
+// waitUntil polls ok every second until it holds, failing with its last
+// detail after d.
+func waitUntil(ctx context.Context, t *testing.T, d time.Duration, what string, alive func(), ok func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		done, detail := ok()
+		if done {
+			return
+		}
+		alive()
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("no %s after %s: %s", what, d, detail)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+type runningM struct {
+	name, node, providerID string
+}
+
+// runningMachine waits for the one Machine matching selector to be
+// Running with a nodeRef to a Ready Node, and returns it with its
+// ProxmoxMachine's providerID.
+func runningMachine(ctx context.Context, t *testing.T, cl client.Client, wcs *kubernetes.Clientset, ns, selector string, alive func()) runningM {
+	t.Helper()
+	sel, err := metav1.ParseToLabelSelector(selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m runningM
+	waitUntil(ctx, t, 6*time.Minute, "Running Machine "+selector+" with a Ready Node", alive, func() (bool, string) {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineList"})
+		if err := cl.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: ls}); err != nil {
+			return false, err.Error()
+		}
+		if len(list.Items) != 1 {
+			return false, fmt.Sprintf("%d Machines", len(list.Items))
+		}
+		u := list.Items[0]
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		node, _, _ := unstructured.NestedString(u.Object, "status", "nodeRef", "name")
+		pid, _, _ := unstructured.NestedString(u.Object, "spec", "providerID")
+		if phase != "Running" || node == "" {
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			return false, fmt.Sprintf("Machine %s phase %q nodeRef %q conditions %v", u.GetName(), phase, node, conds)
+		}
+		n, err := wcs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				m = runningM{name: u.GetName(), node: node, providerID: pid}
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("Node %s not Ready: %v", node, n.Status.Conditions)
+	})
+	return m
+}
