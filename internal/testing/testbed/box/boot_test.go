@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -17,11 +18,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testing/bootsim"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
+	"github.com/labctl/labctl/internal/testing/testbed/standin"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -33,7 +36,9 @@ import (
 // kubeconfig Secret Cluster API writes reaches the workload API server.
 // Then the worker pool scaled to one joins: its Node is Ready with the
 // ProxmoxMachine's providerID, the VM's cores and memory and the pool's
-// label, and both Machines are Running with their nodeRef.
+// label, and both Machines are Running with their nodeRef. The worker
+// carries Cilium's startup taint until labctl installs Cilium; then a
+// pod runs on it (kwok). Scaled back to zero, the VM and its Node go.
 func TestLab1MachinesBoot(t *testing.T) {
 	box.Require(t, "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox", "kwok")
 	ca, err := pki.NewCA("labctl test PVE CA")
@@ -148,6 +153,81 @@ func TestLab1MachinesBoot(t *testing.T) {
 		t.Errorf("worker Node memory capacity %s, want the VM's %d MiB", got.String(), wantSpec.memoryMiB)
 	}
 	t.Logf("worker %s: Node %s Ready, providerID %s, capacity %v", worker.name, node.Name, node.Spec.ProviderID, node.Status.Capacity)
+
+	// The worker registered with Cilium's startup taint, and nothing
+	// lifts it while Cilium is not installed: a pod for the pool stays
+	// unscheduled. (The Cilium stand-in looks every second; 8 s is well
+	// past its 3 s delay.)
+	if !hasTaint(node, clusterapi.StartupTaint) {
+		t.Fatalf("worker Node %s registered without %s: taints %v", node.Name, clusterapi.StartupTaint, node.Spec.Taints)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "inflate", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"labctl.dev/pool": "workers"},
+			Containers:   []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}
+	if _, err := wcs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating a pod in the workload cluster: %v", err)
+	}
+	time.Sleep(8 * time.Second)
+	if n, err := wcs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); err != nil || !hasTaint(n, clusterapi.StartupTaint) {
+		t.Fatalf("without Cilium installed, %s left Node %s (err %v)", clusterapi.StartupTaint, node.Name, err)
+	}
+	if p, err := wcs.CoreV1().Pods("default").Get(ctx, "inflate", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Fatalf("a pod was scheduled onto a node Cilium does not run on yet: node %q, %v", p.Spec.NodeName, err)
+	}
+
+	// labctl installs Cilium with its own code (cluster create's step),
+	// from the offline folder holding the stand-in chart at the pinned
+	// version: the stand-in agent lifts the taint, the scheduler places
+	// the pod on the worker and kwok runs it.
+	lab.Management.Stack.OfflineDir = t.TempDir()
+	standin.Package(t, lab.Management.Stack.OfflineDir, standin.Cilium, versions.MustGet().Cilium)
+	lab1, err := lab.Cluster("lab1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cil, err := cluster.NewCilium(lab, lab1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cil.Install(ctx, sec.Data["value"], 2*time.Minute); err != nil {
+		t.Fatalf("labctl installing Cilium: %v", err)
+	}
+	waitUntil(ctx, t, 2*time.Minute, "pod inflate Running on the worker", alive, func() (bool, string) {
+		n, err := wcs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		p, err := wcs.CoreV1().Pods("default").Get(ctx, "inflate", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return !hasTaint(n, clusterapi.StartupTaint) && p.Spec.NodeName == node.Name && p.Status.Phase == corev1.PodRunning,
+			fmt.Sprintf("Node taints %v; pod on %q phase %s", n.Spec.Taints, p.Spec.NodeName, p.Status.Phase)
+	})
+
+	// Scaled to zero, Cluster API deletes the Machine, CAPMOX stops and
+	// destroys the VM, and its Node goes with it.
+	if err := cl.Patch(ctx, md, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`))); err != nil {
+		t.Fatalf("scaling lab1-workers to 0: %v", err)
+	}
+	waitUntil(ctx, t, 4*time.Minute, "worker Machine, VM and Node gone", alive, func() (bool, string) {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineList"})
+		if err := cl.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{"cluster.x-k8s.io/deployment-name": "lab1-workers"}); err != nil {
+			return false, err.Error()
+		}
+		_, err := wcs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		vmLeft := false
+		for _, v := range fake.VMs() {
+			vmLeft = vmLeft || v.Name() == worker.name
+		}
+		return len(list.Items) == 0 && !vmLeft && apierrors.IsNotFound(err),
+			fmt.Sprintf("%d worker Machines, VM %s left %v, Node %s: %v", len(list.Items), worker.name, vmLeft, node.Name, err)
+	})
 }
 
 func workerTemplate(t *testing.T, r *clusterapi.Rendered) string {
