@@ -1,8 +1,11 @@
 package box_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +23,15 @@ import (
 
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
+	"github.com/labctl/labctl/internal/components"
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testing/bootsim"
+	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
 	"github.com/labctl/labctl/internal/testing/testbed/standin"
+	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -40,36 +47,15 @@ import (
 // carries Cilium's startup taint until labctl installs Cilium; then a
 // pod runs on it (kwok). Scaled back to zero, the VM and its Node go.
 func TestLab1MachinesBoot(t *testing.T) {
-	box.Require(t, "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox", "kwok")
-	ca, err := pki.NewCA("labctl test PVE CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The guest agent of image-builder's template answers once the VM
-	// runs; the sim answers its cloud-init status.
-	fake, lab := pveLab(t, ca, ca)
-	sim := bootsim.Start(t, fake)
-
+	e := bootBox(t)
+	fake, lab, sim, b, cl := e.fake, e.lab, e.sim, e.box, e.cl
 	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", SSHKeys: []string{sshKey}, Pins: versions.MustGet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img := lab.Images[0]
-	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
-	fake.AddVM("pv1-1", lab.Management.VMID, lab.Management.Name, 8192, true, false)
-
-	env, args := capmoxProcess(t, lab, t.TempDir())
-	b := box.Start(t,
-		box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox"),
-		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...))
-	kc := kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig)
-	cl, err := client.New(b.Env.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
 	defer cancel()
-	if _, err := kc.Apply(ctx, r.Objects, kube.ApplyOptions{}); err != nil {
+	if _, err := e.kc.Apply(ctx, r.Objects, kube.ApplyOptions{}); err != nil {
 		t.Fatalf("applying lab1's objects: %v", err)
 	}
 	ns := r.Namespace
@@ -127,6 +113,17 @@ func TestLab1MachinesBoot(t *testing.T) {
 	}
 	if _, ok := cpNode.Labels[bootsim.LabelControlPlane]; !ok || !hasTaint(cpNode, bootsim.LabelControlPlane) {
 		t.Errorf("control-plane Node %s: labels %v taints %v, want kubeadm's control-plane label and taint", cpNode.Name, cpNode.Labels, cpNode.Spec.Taints)
+	}
+
+	// What KCP makes of the control plane beyond initialized (its etcd
+	// and static pod checks), for the record: the sim serves no kubelet
+	// API, so KCP cannot port-forward to etcd.
+	kcp = get(ctx, t, cl, "controlplane.cluster.x-k8s.io", "KubeadmControlPlane", ns, r.ControlPlane)
+	conds, _, _ := unstructured.NestedSlice(kcp.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Available" || m["type"] == "EtcdClusterHealthy" || m["type"] == "ControlPlaneComponentsHealthy" {
+			t.Logf("KubeadmControlPlane %s: %v=%v (%v) %v", kcp.GetName(), m["type"], m["status"], m["reason"], m["message"])
+		}
 	}
 
 	// A worker joins when the pool is scaled to one.
@@ -325,4 +322,140 @@ func runningMachine(ctx context.Context, t *testing.T, cl client.Client, wcs *ku
 		return false, fmt.Sprintf("Node %s not Ready: %v", node, n.Status.Conditions)
 	})
 	return m
+}
+
+// bootEnv is the box with the real Cluster API, kubeadm, IPAM and CAPMOX
+// managers, the strict fake PVE with lab1's template, and the sim booting
+// its VMs.
+type bootEnv struct {
+	fake *pvetest.Server
+	lab  *config.Lab
+	sim  *bootsim.Sim
+	box  *box.Box
+	kc   *kube.Client
+	cl   client.Client
+}
+
+func bootBox(t *testing.T) *bootEnv {
+	t.Helper()
+	box.Require(t, "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox", "kwok")
+	ca, err := pki.NewCA("labctl test PVE CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The guest agent of image-builder's template answers once the VM
+	// runs; the sim answers its cloud-init status.
+	fake, lab := pveLab(t, ca, ca)
+	sim := bootsim.Start(t, fake)
+	img := lab.Images[0]
+	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
+	fake.AddVM("pv1-1", lab.Management.VMID, lab.Management.Name, 8192, true, false)
+
+	env, args := capmoxProcess(t, lab, t.TempDir())
+	b := box.Start(t,
+		box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox"),
+		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...))
+	cl, err := client.New(b.Env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bootEnv{fake: fake, lab: lab, sim: sim, box: b, kc: kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig), cl: cl}
+}
+
+// labctl cluster create lab1, labctl's own use case, on the box: with the
+// real Cluster API, kubeadm and CAPMOX and the sim booting the VM, it
+// waits for infrastructure and the initialized control plane, writes the
+// kubeconfig (0600) that then works against the workload API server,
+// installs Cilium (the stand-in chart from the offline folder, with the
+// Helm SDK) and applies the autoscaler. What 'labctl mgmt install' leaves
+// for the autoscaler to bind to, the shared ClusterRole, comes from
+// labctl's own rendered stack.
+func TestLab1ClusterCreate(t *testing.T) {
+	e := bootBox(t)
+	lab := e.lab
+	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{sshKey}
+	pins := versions.MustGet()
+	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
+	defer cancel()
+
+	cs, err := components.Build(lab, pins, components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role []*unstructured.Unstructured
+	for _, c := range cs {
+		for _, o := range c.Objects {
+			if o.GetKind() == "ClusterRole" && o.GetName() == clusterapi.SharedClusterRole {
+				role = append(role, o)
+			}
+		}
+	}
+	if len(role) != 1 {
+		t.Fatalf("labctl's management stack renders %d ClusterRoles %s, want 1", len(role), clusterapi.SharedClusterRole)
+	}
+	if _, err := e.kc.Apply(ctx, role, kube.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Cilium's chart cannot be fetched here: the stand-in chart, at the
+	// pinned version, in the offline folder create reads it from.
+	lab.Management.Stack.OfflineDir = t.TempDir()
+	standin.Package(t, lab.Management.Stack.OfflineDir, standin.Cilium, pins.Cilium)
+
+	var out, errb bytes.Buffer
+	dir := t.TempDir()
+	opts := cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Lab: lab, Name: "lab1", Mgmt: e.kc,
+		KubeconfigDir: dir, Timeout: 6 * time.Minute}
+	done := make(chan error, 1)
+	go func() { done <- cluster.Create(ctx, opts) }()
+	var createErr error
+	for waiting := true; waiting; {
+		select {
+		case createErr = <-done:
+			waiting = false
+		case <-time.After(time.Second):
+			for name, p := range e.box.Procs {
+				if exited, err := p.Exited(); exited {
+					t.Fatalf("%s exited: %v", name, err)
+				}
+			}
+		}
+	}
+	if createErr != nil {
+		t.Fatalf("labctl cluster create lab1: %v\n%s\nVM boot failures: %v", createErr, errb.String(), e.sim.Failures())
+	}
+	t.Logf("cluster create's output:\n%s", errb.String())
+
+	path := filepath.Join(dir, "lab1.kubeconfig")
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("create wrote no kubeconfig: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s has mode %v, want 0600", path, fi.Mode().Perm())
+	}
+	wcfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wcs, err := kubernetes.NewForConfig(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := wcs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: bootsim.LabelControlPlane})
+	if err != nil {
+		t.Fatalf("the written kubeconfig does not reach the workload API: %v", err)
+	}
+	if len(nodes.Items) != 1 || !strings.HasPrefix(nodes.Items[0].Spec.ProviderID, "proxmox://") {
+		t.Errorf("the workload cluster's control-plane Nodes: %v", nodes.Items)
+	}
+	rel, err := wcs.CoreV1().Secrets(clusterapi.CiliumNamespace).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + clusterapi.CiliumRelease + ",status=deployed"})
+	if err != nil || len(rel.Items) != 1 {
+		t.Errorf("Cilium's Helm release in the workload cluster: %v, %v", rel, err)
+	}
+	var dep unstructured.Unstructured
+	dep.SetGroupVersionKind(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
+	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: "lab1", Name: clusterapi.AutoscalerName}, &dep); err != nil {
+		t.Errorf("the autoscaler Deployment: %v", err)
+	}
 }
