@@ -404,7 +404,7 @@ func (s *Sim) initCluster(vmid int, b *Bootstrap, ip net.IP) (*workload, error) 
 		cp.stop()
 		return nil, err
 	}
-	if err := s.startKwok(ctx, w); err != nil {
+	if err := s.startKwok(ctx, w, b.Node.Name); err != nil {
 		cp.stop()
 		return nil, err
 	}
@@ -633,7 +633,8 @@ func (s *Sim) register(w *workload, n NodeSpec, ip net.IP, capacity corev1.Resou
 		Spec: corev1.NodeSpec{ProviderID: n.ProviderID, Taints: n.Taints},
 		Status: corev1.NodeStatus{
 			Capacity: capacity, Allocatable: alloc,
-			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: n.Name}},
+			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: n.Name}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: kubeletPort}},
 		},
 	}
 	if _, err := w.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
@@ -650,12 +651,21 @@ func (s *Sim) register(w *workload, n NodeSpec, ip net.IP, capacity corev1.Resou
 	return nil
 }
 
+// kubeletPort is the kubelet's API port (its --port default, which it
+// reports in status.daemonEndpoints).
+const kubeletPort = 10250
+
 // startKwok runs the real kwok against the workload cluster, managing the
 // Nodes the sim marks, with kwok's own default stages (node-initialize,
 // node-heartbeat, pod-ready, pod-complete, pod-delete from the module's
 // kustomize/stage, as kwokctl's runtime gives kwok when no stages are
-// configured: pkg/kwokctl/runtime/cluster.go, v0.8.0).
-func (s *Sim) startKwok(ctx context.Context, w *workload) error {
+// configured: pkg/kwokctl/runtime/cluster.go, v0.8.0). kwok also serves
+// the kubelet API on the first control-plane node's address, with a
+// PortForward of the etcd mirror Pod's port 2379 to the etcd the sim
+// runs: the API server's pods/portforward reaches it there, which is how
+// KubeadmControlPlane talks to etcd (controlplane/kubeadm/internal/
+// etcd_client_generator.go, v1.12.10).
+func (s *Sim) startKwok(ctx context.Context, w *workload, cpNode string) error {
 	root, err := testbed.ModuleRoot()
 	if err != nil {
 		return err
@@ -673,15 +683,41 @@ func (s *Sim) startKwok(ctx context.Context, w *workload) error {
 		}
 		stages = append(stages, strings.TrimSpace(string(data)))
 	}
+	ip := w.cp.nodeIP.String()
+	stages = append(stages, fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
+kind: PortForward
+metadata:
+  name: etcd-%s
+  namespace: kube-system
+spec:
+  forwards:
+  - ports: [2379]
+    target:
+      port: 2379
+      address: %s`, cpNode, ip))
 	cfg := filepath.Join(w.cp.dir, "kwok.yaml")
 	if err := os.WriteFile(cfg, []byte(strings.Join(stages, "\n---\n")+"\n"), 0o600); err != nil {
+		return err
+	}
+	// The kubelet's serving certificate (the kubelet makes a self-signed
+	// one; the API server does not check it without
+	// --kubelet-certificate-authority, as kubeadm leaves it).
+	serving, err := w.cp.ca.Serving([]string{cpNode}, []net.IP{w.cp.nodeIP})
+	if err != nil {
+		return err
+	}
+	base := filepath.Join(w.cp.dir, "pki", "kubelet")
+	if err := writePair(base, serving); err != nil {
 		return err
 	}
 	p, err := startProc(s.assets, w.cp.dir, "kwok",
 		"--kubeconfig="+w.cp.kubeconfig,
 		"--config="+cfg,
 		"--manage-nodes-with-annotation-selector="+KwokAnnotation+"=fake",
-		"--node-ip="+w.cp.nodeIP.String(),
+		"--node-ip="+ip,
+		fmt.Sprintf("--server-address=%s:%d", ip, kubeletPort),
+		"--tls-cert-file="+base+".crt",
+		"--tls-private-key-file="+base+".key",
 	)
 	if err != nil {
 		return err

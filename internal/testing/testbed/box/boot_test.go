@@ -40,8 +40,9 @@ import (
 // the real kubeadm bootstrap provider's cloud-config (kubeadm init: a
 // workload control plane on the VIP 127.77.0.30), and the real
 // KubeadmControlPlane reports the control plane initialized; the
-// kubeconfig Secret Cluster API writes reaches the workload API server.
-// Then the worker pool scaled to one joins: its Node is Ready with the
+// kubeconfig Secret Cluster API writes reaches the workload API server,
+// and KCP finds etcd and the control-plane components healthy and the
+// control plane available. Then the worker pool scaled to one joins: its Node is Ready with the
 // ProxmoxMachine's providerID, the VM's cores and memory and the pool's
 // label, and both Machines are Running with their nodeRef. The worker
 // carries Cilium's startup taint until labctl installs Cilium; then a
@@ -115,16 +116,23 @@ func TestLab1MachinesBoot(t *testing.T) {
 		t.Errorf("control-plane Node %s: labels %v taints %v, want kubeadm's control-plane label and taint", cpNode.Name, cpNode.Labels, cpNode.Spec.Taints)
 	}
 
-	// What KCP makes of the control plane beyond initialized (its etcd
-	// and static pod checks), for the record: the sim serves no kubelet
-	// API, so KCP cannot port-forward to etcd.
-	kcp = get(ctx, t, cl, "controlplane.cluster.x-k8s.io", "KubeadmControlPlane", ns, r.ControlPlane)
-	conds, _, _ := unstructured.NestedSlice(kcp.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, _ := c.(map[string]any); m["type"] == "Available" || m["type"] == "EtcdClusterHealthy" || m["type"] == "ControlPlaneComponentsHealthy" {
-			t.Logf("KubeadmControlPlane %s: %v=%v (%v) %v", kcp.GetName(), m["type"], m["status"], m["reason"], m["message"])
+	// KCP also finds the control plane available: its etcd checks reach
+	// etcd through the API server's port-forward to the etcd mirror Pod
+	// (kwok serves it), and the static pods' mirror Pods are Ready.
+	waitUntil(ctx, t, 3*time.Minute, "KubeadmControlPlane Available, EtcdClusterHealthy and ControlPlaneComponentsHealthy", alive, func() (bool, string) {
+		kcp = get(ctx, t, cl, "controlplane.cluster.x-k8s.io", "KubeadmControlPlane", ns, r.ControlPlane)
+		conds, _, _ := unstructured.NestedSlice(kcp.Object, "status", "conditions")
+		want := map[string]bool{"Available": false, "EtcdClusterHealthy": false, "ControlPlaneComponentsHealthy": false}
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if typ, _ := m["type"].(string); m["status"] == "True" {
+				if _, ok := want[typ]; ok {
+					want[typ] = true
+				}
+			}
 		}
-	}
+		return want["Available"] && want["EtcdClusterHealthy"] && want["ControlPlaneComponentsHealthy"], fmt.Sprint(conds)
+	})
 
 	// A worker joins when the pool is scaled to one.
 	md := get(ctx, t, cl, "cluster.x-k8s.io", "MachineDeployment", ns, "lab1-workers")
