@@ -66,7 +66,8 @@ type proc struct {
 // startControlPlane does what kubeadm init's certs, kubeconfig, etcd and
 // control-plane phases do, and runs the static pods' binaries as the
 // kubelet would run their manifests.
-func startControlPlane(ctx context.Context, assets, dir string, b *Bootstrap, nodeIP net.IP) (*controlPlane, error) {
+// On an error, whatever it started is stopped again.
+func startControlPlane(ctx context.Context, assets, dir string, b *Bootstrap, nodeIP net.IP) (_ *controlPlane, err error) {
 	host, port, err := net.SplitHostPort(b.Cluster.ControlPlaneEndpoint)
 	if err != nil {
 		return nil, fmt.Errorf("controlPlaneEndpoint %q: %w", b.Cluster.ControlPlaneEndpoint, err)
@@ -76,6 +77,11 @@ func startControlPlane(ctx context.Context, assets, dir string, b *Bootstrap, no
 		return nil, fmt.Errorf("controlPlaneEndpoint %s and node address %s: the stand-in serves only loopback addresses (127.0.0.0/8); map the lab onto loopback", host, nodeIP)
 	}
 	cp := &controlPlane{name: b.Cluster.ClusterName, endpoint: b.Cluster.ControlPlaneEndpoint, nodeIP: nodeIP, dir: dir}
+	defer func() {
+		if err != nil {
+			cp.stop()
+		}
+	}()
 	pkiPath := filepath.Join(dir, "pki")
 	if err := os.MkdirAll(filepath.Join(pkiPath, "etcd"), 0o700); err != nil {
 		return nil, err

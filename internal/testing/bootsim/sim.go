@@ -389,9 +389,6 @@ func (s *Sim) initCluster(vmid int, b *Bootstrap, ip net.IP) (*workload, error) 
 	defer cancel()
 	cp, err := startControlPlane(ctx, s.assets, dir, b, ip)
 	if err != nil {
-		if cp != nil {
-			cp.stop()
-		}
 		return nil, err
 	}
 	w := &workload{cp: cp, init: vmid}

@@ -121,6 +121,16 @@ func (ca *CA) Leaf(subject pkix.Name, dnsNames []string, ips []net.IP, usages ..
 	return leafUsages(subject, dnsNames, ips, usages, ca)
 }
 
+// KeyPEM is the CA's private key in PKCS #8 PEM, for a test that hands
+// the CA on as files (a cluster's ca.key), which LoadCA reads back.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the CA key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
 // Loopback is the address every test bed server is reached on.
 var Loopback = net.ParseIP("127.0.0.1")
 
