@@ -411,14 +411,18 @@ func (r *renderer) kubeadmConfigTemplate() *bootstrapv1.KubeadmConfigTemplate {
 	if labels := r.workerLabels(); len(labels) > 0 {
 		args = append(args, bootstrapv1.Arg{Name: "node-labels", Value: ptr.To(strings.Join(labels, ","))})
 	}
-	reg := bootstrapv1.NodeRegistrationOptions{KubeletExtraArgs: args}
-	if len(w.Taints) > 0 {
-		taints := make([]corev1.Taint, 0, len(w.Taints))
-		for _, t := range w.Taints {
-			taints = append(taints, parseTaint(t))
-		}
-		reg.Taints = &taints
+	// Every worker registers with Cilium's startup taint: Cilium lifts
+	// it once its agent runs on the node (Cilium's docs, "Taint effects"
+	// and "Considerations on node pool taints and unmanaged pods":
+	// node.cilium.io/agent-not-ready=true:NoExecute), so no pod lands
+	// before the node's CNI is up, and the autoscaler's --startup-taint
+	// does not count it against the new node. The capacity annotation
+	// keeps only the pool's own taints.
+	taints := []corev1.Taint{{Key: StartupTaint, Value: "true", Effect: corev1.TaintEffectNoExecute}}
+	for _, t := range w.Taints {
+		taints = append(taints, parseTaint(t))
 	}
+	reg := bootstrapv1.NodeRegistrationOptions{KubeletExtraArgs: args, Taints: &taints}
 	return &bootstrapv1.KubeadmConfigTemplate{
 		TypeMeta:   typeMeta(KubeadmConfigTemplateGVK),
 		ObjectMeta: r.meta(""), // named by hash

@@ -347,3 +347,28 @@ func TestScaleFromZeroMemoryIsAllocatable(t *testing.T) {
 		t.Errorf("cpu annotation %q (%v), want 4: kubelet reserves no CPU here", ann[clusterapi.AnnotationCPU], err)
 	}
 }
+
+// Every worker registers with Cilium's startup taint, which the
+// autoscaler is told to ignore (--startup-taint) and Cilium lifts once its
+// agent runs on the node: without it pods land on a node before its CNI
+// is up, and --startup-taint names a taint no node ever has. The pool's
+// own taints stay beside it, and the scale-from-zero capacity annotation
+// names only those (the autoscaler drops startup taints from templates).
+func TestWorkersRegisterWithCiliumStartupTaint(t *testing.T) {
+	for _, taints := range [][]string{nil, {"dedicated=batch:NoSchedule"}} {
+		lab := load(t, "../../examples/lab.yaml")
+		lab.Clusters[0].Workers.Taints = taints
+		r := render(t, lab, "lab1")
+		got, _, _ := unstructured.NestedSlice(r.Find("KubeadmConfigTemplate", "").Object, "spec", "template", "spec", "joinConfiguration", "nodeRegistration", "taints")
+		want := []any{map[string]any{"key": clusterapi.StartupTaint, "value": "true", "effect": "NoExecute"}}
+		if len(taints) > 0 {
+			want = append(want, map[string]any{"key": "dedicated", "value": "batch", "effect": "NoSchedule"})
+		}
+		if !equalJSON(got, want) {
+			t.Errorf("workers.taints %v: join nodeRegistration.taints = %v, want %v", taints, got, want)
+		}
+		if ann := r.Find("MachineDeployment", "").GetAnnotations()[clusterapi.AnnotationTaints]; strings.Contains(ann, clusterapi.StartupTaint) {
+			t.Errorf("the capacity annotation names the startup taint: %q", ann)
+		}
+	}
+}

@@ -39,6 +39,7 @@ var routes = map[string]func(*call) (any, error){
 	"GET /nodes/{node}/storage":                                  getStorages,
 	"GET /nodes/{node}/storage/{storage}/content":                getContent,
 	"DELETE /nodes/{node}/storage/{storage}/content/{volume}":    deleteContent,
+	"GET /nodes/{node}/storage/{storage}/content/{volume}":       volumeInfo,
 	"POST /nodes/{node}/storage/{storage}/download-url":          downloadURL,
 	"POST /nodes/{node}/storage/{storage}/upload":                uploadFile,
 	"GET /nodes/{node}/tasks":                                    listTasks,
@@ -200,17 +201,44 @@ func deleteContent(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	volid := c.p["volume"]
-	if !strings.Contains(volid, ":") {
-		volid = st.Name + ":" + volid
-	}
-	if _, ok := st.Volumes[volid]; !ok {
-		return nil, fail(500, "volume '%s' does not exist", volid)
+	volid, _, err := c.volume(st)
+	if err != nil {
+		return nil, err
 	}
 	return c.startTask(n.Name, "imgdel", "", nil, func() error {
 		delete(st.Volumes, volid)
 		return nil
 	}), nil
+}
+
+// volume is the {volume} of a content request on st: a volume ID, or a
+// name on st (PVE takes "local:iso/x.iso" and "iso/x.iso" alike).
+func (c *call) volume(st *Storage) (string, *Volume, error) {
+	volid := c.p["volume"]
+	if !strings.Contains(volid, ":") {
+		volid = st.Name + ":" + volid
+	}
+	v, ok := st.Volumes[volid]
+	if !ok {
+		return volid, nil, fail(500, "volume '%s' does not exist", volid)
+	}
+	return volid, v, nil
+}
+
+// volumeInfo is GET .../content/{volume} (pve-storage's
+// PVE/API2/Storage/Content.pm info): the volume's path, size, used and
+// format; go-proxmox's Storage.ISO reads it before deleting an ISO.
+func volumeInfo(c *call) (any, error) {
+	_, st, err := c.storage()
+	if err != nil {
+		return nil, err
+	}
+	volid, v, err := c.volume(st)
+	if err != nil {
+		return nil, err
+	}
+	_, rel, _ := strings.Cut(volid, ":")
+	return map[string]any{"path": "/var/lib/vz/" + rel, "size": v.Size, "used": v.Size, "format": v.Format}, nil
 }
 
 // importName is what PVE 8.4+/9 accepts as an import file name.
@@ -530,6 +558,7 @@ func createVM(c *call) (any, error) {
 		if start {
 			v.Running = true
 			v.agentUpAt = time.Now().Add(c.s.agentDelay)
+			c.s.emitPower(PowerOn, v)
 		}
 		return nil
 	})
@@ -650,6 +679,7 @@ func startVM(c *call) (any, error) {
 		if !v.Running {
 			v.Running = true
 			v.agentUpAt = time.Now().Add(c.s.agentDelay)
+			c.s.emitPower(PowerOn, v)
 		}
 		return nil
 	}), nil
@@ -661,7 +691,10 @@ func stopVM(c *call) (any, error) {
 		return nil, err
 	}
 	return c.startTask(n.Name, "qmstop", c.p["vmid"], nil, func() error {
-		v.Running = false
+		if v.Running {
+			v.Running = false
+			c.s.emitPower(PowerOff, v)
+		}
 		return nil
 	}), nil
 }
@@ -687,6 +720,7 @@ func deleteVM(c *call) (any, error) {
 			}
 		}
 		delete(c.s.vms, v.ID)
+		c.s.emitPower(Destroyed, v)
 		return nil
 	}), nil
 }

@@ -156,7 +156,7 @@ func split(p string) []string { return strings.Split(strings.Trim(p, "/"), "/") 
 // Match finds the schema route of a request path (without /api2/json) and
 // returns its template and path parameters.
 func (s *Schema) Match(path string) (tmpl string, params map[string]string, ok bool) {
-	segs := split(path)
+	segs := wholeVolume(split(path))
 	best := -1
 	for i, r := range s.routes {
 		if len(r.segs) != len(segs) {
@@ -184,6 +184,20 @@ func (s *Schema) Match(path string) (tmpl string, params map[string]string, ok b
 		return "", nil, false
 	}
 	return s.routes[best].path, params, true
+}
+
+// wholeVolume joins what follows /nodes/<node>/storage/<storage>/content/
+// into one segment: PVE mounts the content API with fragmentDelimiter ”
+// because volume IDs may hold a '/' (pve-storage's
+// src/PVE/API2/Storage/Status.pm; pve-common's RESTHandler.pm
+// map_path_to_methods then matches the rest of the URI as {volume}). So
+// go-proxmox's GET .../content/local:iso/user-data-202.iso, unescaped, is
+// the volume local:iso/user-data-202.iso, as on a real PVE.
+func wholeVolume(segs []string) []string {
+	if len(segs) > 6 && segs[0] == "nodes" && segs[2] == "storage" && segs[4] == "content" {
+		return append(segs[:5:5], strings.Join(segs[5:], "/"))
+	}
+	return segs
 }
 
 func countLiteral(segs []string) int {
@@ -329,6 +343,11 @@ func checkValue(p *prop, v string) string {
 		if !boolRe.MatchString(v) {
 			return fmt.Sprintf("type check ('boolean') failed - got '%s'", v)
 		}
+	case "array":
+		if v == "" {
+			return "type check ('array') failed - got an empty list"
+		}
+		return ""
 	}
 	if len(p.Enum) > 0 && !contains(p.Enum, v) {
 		return fmt.Sprintf("value '%s' does not have a value in the enumeration '%s'", v, strings.Join(p.Enum, ", "))

@@ -66,7 +66,14 @@ type Server struct {
 	addr     string
 	addrHook func(vm *VM) (string, bool)
 	cert     *tls.Certificate
+	power    *powerQueue
+	execHook func(vm VM, argv []string) (GuestExec, bool)
+	execs    map[string]GuestExec // "vmid/pid" -> result
 }
+
+// ArraySep keeps an array parameter's items apart in the string the
+// schema check and handlers see.
+const ArraySep = "\x00"
 
 // OnGuestAddress overrides the IPv4 address (a.b.c.d/n) the guest agent
 // reports for a VM; by default it is the one in ipconfig0. Tests that go
@@ -595,6 +602,18 @@ func readParams(r *http.Request) (map[string]string, *upload, error) {
 			case bool:
 				out[k] = map[bool]string{true: "1", false: "0"}[x]
 			case nil:
+			case []any:
+				// An array parameter (agent/exec's command): its items,
+				// each a string, kept apart by ArraySep.
+				items := make([]string, 0, len(x))
+				for _, it := range x {
+					str, ok := it.(string)
+					if !ok {
+						return nil, nil, fmt.Errorf("parameter %s: array item %T is not a string", k, it)
+					}
+					items = append(items, str)
+				}
+				out[k] = strings.Join(items, ArraySep)
 			default:
 				return nil, nil, fmt.Errorf("parameter %s: JSON %T is not a PVE scalar", k, v)
 			}

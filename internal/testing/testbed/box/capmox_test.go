@@ -75,9 +75,10 @@ func testLab(t *testing.T, pveURL, caFile string) *config.Lab {
 }
 
 // pveLab starts the fake PVE on pveAddr with a certificate signer
-// issued, and loads the test lab aimed at it with trusted's certificate
-// as its tls.caFile (a file of mode 0600), the token secret exported.
-func pveLab(t *testing.T, signer, trusted *pki.CA) (*pvetest.Server, *config.Lab) {
+// issued (and opts), and loads the test lab aimed at it with trusted's
+// certificate as its tls.caFile (a file of mode 0600), the token secret
+// exported.
+func pveLab(t *testing.T, signer, trusted *pki.CA, opts ...pvetest.Option) (*pvetest.Server, *config.Lab) {
 	t.Helper()
 	pair, err := signer.Serving([]string{"localhost"}, []net.IP{net.ParseIP(pveAddr)})
 	if err != nil {
@@ -87,8 +88,7 @@ func pveLab(t *testing.T, signer, trusted *pki.CA) (*pvetest.Server, *config.Lab
 	if err != nil {
 		t.Fatal(err)
 	}
-	// No guest boots in the fake, so no guest agent ever answers.
-	fake := pvetest.New(t, pvetest.WithAddr(pveAddr+":0"), pvetest.WithCertificate(cert), pvetest.WithoutGuestAgent())
+	fake := pvetest.New(t, append([]pvetest.Option{pvetest.WithAddr(pveAddr + ":0"), pvetest.WithCertificate(cert)}, opts...)...)
 	caFile := filepath.Join(t.TempDir(), "pve-root-ca.pem")
 	if err := os.WriteFile(caFile, trusted.PEM, 0o600); err != nil {
 		t.Fatal(err)
@@ -232,7 +232,8 @@ func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake, lab := pveLab(t, ca, ca)
+	// No guest boots here, so no guest agent ever answers.
+	fake, lab := pveLab(t, ca, ca, pvetest.WithoutGuestAgent())
 
 	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", SSHKeys: []string{sshKey}, Pins: versions.MustGet()})
 	if err != nil {
@@ -464,7 +465,7 @@ func TestRealCAPMOXRefusesAnotherCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake, lab := pveLab(t, other, labCA)
+	fake, lab := pveLab(t, other, labCA, pvetest.WithoutGuestAgent())
 	dir := t.TempDir()
 	img := lab.Images[0]
 	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)

@@ -4,6 +4,7 @@
 package pki
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -22,7 +23,7 @@ type CA struct {
 	// PEM is the CA certificate, for caBundles and ca.crt.
 	PEM  []byte
 	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+	key  crypto.Signer
 }
 
 // Pair is a certificate and its key, in PEM.
@@ -82,6 +83,10 @@ func serving(dnsNames []string, ips []net.IP, ca *CA) (Pair, error) {
 // leaf makes a certificate for usage signed by ca, or by its own key when
 // ca is nil.
 func leaf(subject pkix.Name, dnsNames []string, ips []net.IP, usage x509.ExtKeyUsage, ca *CA) (Pair, error) {
+	return leafUsages(subject, dnsNames, ips, []x509.ExtKeyUsage{usage}, ca)
+}
+
+func leafUsages(subject pkix.Name, dnsNames []string, ips []net.IP, usages []x509.ExtKeyUsage, ca *CA) (Pair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Pair{}, fmt.Errorf("making a key for %s: %w", subject.CommonName, err)
@@ -95,10 +100,10 @@ func leaf(subject pkix.Name, dnsNames []string, ips []net.IP, usage x509.ExtKeyU
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(24 * time.Hour),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:           []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:           usages,
 		BasicConstraintsValid: true,
 	}
-	parent, signer := tmpl, key
+	parent, signer := tmpl, crypto.Signer(key)
 	if ca != nil {
 		parent, signer = ca.cert, ca.key
 	}
@@ -107,6 +112,23 @@ func leaf(subject pkix.Name, dnsNames []string, ips []net.IP, usage x509.ExtKeyU
 		return Pair{}, fmt.Errorf("signing a certificate for %s: %w", subject.CommonName, err)
 	}
 	return pairOf(der, key)
+}
+
+// Leaf signs a certificate for subject with these names, addresses and
+// extended key usages, valid for a day: for the certificates kubeadm
+// makes from a cluster's CA (serving, client, or both, as etcd's).
+func (ca *CA) Leaf(subject pkix.Name, dnsNames []string, ips []net.IP, usages ...x509.ExtKeyUsage) (Pair, error) {
+	return leafUsages(subject, dnsNames, ips, usages, ca)
+}
+
+// KeyPEM is the CA's private key in PKCS #8 PEM, for a test that hands
+// the CA on as files (a cluster's ca.key), which LoadCA reads back.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the CA key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
 // Loopback is the address every test bed server is reached on.
@@ -127,16 +149,17 @@ func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
 	if kb == nil {
 		return nil, fmt.Errorf("tls.key holds no PEM key")
 	}
-	var key *ecdsa.PrivateKey
+	var key crypto.Signer
 	if k, err := x509.ParseECPrivateKey(kb.Bytes); err == nil {
 		key = k
+	} else if k, err := x509.ParsePKCS1PrivateKey(kb.Bytes); err == nil {
+		// Cluster API's cluster CAs are RSA, in PKCS #1 (util/secret).
+		key = k
 	} else if k, err := x509.ParsePKCS8PrivateKey(kb.Bytes); err == nil {
-		if ek, ok := k.(*ecdsa.PrivateKey); ok {
-			key = ek
-		}
+		key, _ = k.(crypto.Signer)
 	}
 	if key == nil {
-		return nil, fmt.Errorf("tls.key: only ECDSA keys are read here")
+		return nil, fmt.Errorf("tls.key: not an ECDSA or RSA private key")
 	}
 	return &CA{PEM: certPEM, cert: cert, key: key}, nil
 }

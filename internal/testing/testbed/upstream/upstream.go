@@ -65,7 +65,8 @@ type Provider struct {
 	// Pin is labctl's pin of the module in embedded/versions.yaml. Where
 	// there is no wrapper it is the version rendered; where there is, the
 	// wrapper must select it (TestWrappersSelectThePins), except as
-	// TestbedVersions says.
+	// TestbedVersions says. nil for a test bed part labctl does not pin
+	// (kwok): its wrapper alone selects it.
 	Pin func(versions.Pins) string
 	// Kustomization is the folder, inside the module, that the release
 	// manifests are built from. Empty means Files.
@@ -135,7 +136,10 @@ func Locate(ctx context.Context, root string, p Provider) (Module, error) {
 	if err != nil {
 		return Module{}, fmt.Errorf("locating %s: %w", p.Name, err)
 	}
-	arg, dir := p.Module+"@"+p.Pin(pins), root
+	arg, dir := p.Module, root
+	if p.Pin != nil {
+		arg += "@" + p.Pin(pins)
+	}
 	if p.Wrapper != "" {
 		// Without a version, go mod download takes the one the wrapper's
 		// build list selects, replace directives included.

@@ -1,0 +1,805 @@
+// Package bootsim stands in for what no test here can do: a VM booting,
+// with cloud-init and kubeadm running inside it. It listens to the strict
+// fake Proxmox VE (pvetest.Server.OnPower): when a VM powers on it reads
+// the cloud-init ISO CAPMOX attached (user-data from Cluster API's kubeadm
+// bootstrap provider, meta-data and network-config from CAPMOX) and acts
+// on it as cloud-init, kubeadm and the kubelet would:
+//
+//   - kubeadm init: starts the workload cluster's etcd, kube-apiserver,
+//     kube-controller-manager and kube-scheduler (the test bed's real
+//     binaries) with the cluster PKI from write_files, serving on the
+//     control-plane endpoint, and writes what kubeadm init leaves in the
+//     cluster (kubeadm-config, kubelet-config, cluster-info, RBAC, the
+//     static pods' mirror Pods) and the control-plane Node;
+//   - kubeadm join: checks bootstrap-token discovery against the workload
+//     cluster and registers the Node the kubelet would;
+//   - the real kwok (v0.8.0) keeps those Nodes Ready and runs the Pods
+//     scheduled onto them;
+//   - a VM powered off or destroyed takes its Node (and, for the first
+//     control-plane machine, its control plane) with it.
+//
+// A VM whose bootstrap cannot be read, or whose providerID does not
+// resolve, stays unbooted: the sim logs why and fails the test, as the
+// real lab would leave a Machine that never gets a Node.
+//
+// Lab addresses must be loopback (127.0.0.0/8, which Linux routes
+// without setup): the control-plane endpoint (the VIP) and the node
+// addresses from CAPMOX's network-config are bound as they are.
+package bootsim
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed/upstream"
+)
+
+// KwokAnnotation marks the Nodes the sim registers; kwok manages the
+// Nodes that carry it (--manage-nodes-with-annotation-selector, kwok's
+// documented way to share a cluster with real kubelets:
+// kwok.x-k8s.io/node=fake).
+const KwokAnnotation = "kwok.x-k8s.io/node"
+
+// Option changes the sim.
+type Option func(*Sim)
+
+// WithFailureHandler replaces what the sim does when a VM cannot boot
+// (by default: the test's Errorf). For the sim's own tests of refusals.
+func WithFailureHandler(f func(msg string)) Option {
+	return func(s *Sim) { s.onFail = f }
+}
+
+// WithCiliumDelay sets how long after a Node registers the Cilium
+// stand-in removes its agent-not-ready taint (default 3 s).
+func WithCiliumDelay(d time.Duration) Option {
+	return func(s *Sim) { s.ciliumDelay = d }
+}
+
+// Sim boots the fake PVE's VMs.
+type Sim struct {
+	t           testing.TB
+	fake        *pvetest.Server
+	assets      string
+	dir         string
+	onFail      func(string)
+	ciliumDelay time.Duration
+	ctx         context.Context
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+
+	mu       sync.Mutex
+	clusters map[string]*workload // by control-plane endpoint host:port
+	machines map[int]*machine     // by VMID
+	// cloudInit is each powered-on VM's `cloud-init status`.
+	cloudInit map[int]string
+	failures  []string
+	done      bool
+}
+
+type workload struct {
+	cp    *controlPlane
+	cs    *kubernetes.Clientset
+	init  int // VMID of the kubeadm init machine
+	kwok  *proc
+	ready chan struct{}
+}
+
+type machine struct {
+	vmid    int
+	node    string
+	cluster *workload
+}
+
+// Start hooks the sim into the fake PVE. It needs the test bed's etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+// (testbed.Assets skips or fails as for every test bed part); everything
+// it starts stops when the test ends.
+func Start(t testing.TB, fake *pvetest.Server, opts ...Option) *Sim {
+	t.Helper()
+	assets := testbed.Assets(t)
+	var missing []string
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
+		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
+			missing = append(missing, b)
+		}
+	}
+	if len(missing) > 0 {
+		msg := fmt.Sprintf("bootsim: %s missing in %s; build them with 'hack/testenv.sh controllers'", strings.Join(missing, ", "), assets)
+		if testbed.Required() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Sim{t: t, fake: fake, assets: assets, dir: t.TempDir(), ciliumDelay: 3 * time.Second,
+		ctx: ctx, cancel: cancel, clusters: map[string]*workload{}, machines: map[int]*machine{}, cloudInit: map[int]string{}}
+	s.onFail = func(msg string) { t.Errorf("%s", msg) }
+	for _, o := range opts {
+		o(s)
+	}
+	// Cleanups run last-in first-out: the context is cancelled first (a
+	// boot under way gives up), then OnPower's cleanup waits for the hook
+	// to return for good, then the processes stop.
+	t.Cleanup(s.stop)
+	fake.OnPower(s.power)
+	fake.OnGuestExec(s.guestExec)
+	t.Cleanup(s.cancel)
+	return s
+}
+
+// Failures are the reasons VMs stayed unbooted so far.
+func (s *Sim) Failures() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.failures...)
+}
+
+// Kubeconfig is super-admin.conf of the workload cluster whose control
+// plane serves endpoint (host:port), "" when none does.
+func (s *Sim) Kubeconfig(endpoint string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.clusters[endpoint]; w != nil {
+		return w.cp.kubeconfig
+	}
+	return ""
+}
+
+func (s *Sim) fail(vmid int, format string, args ...any) {
+	msg := fmt.Sprintf("bootsim: VM %d stays unbooted: %s", vmid, fmt.Sprintf(format, args...))
+	s.mu.Lock()
+	s.failures = append(s.failures, msg)
+	s.cloudInit[vmid] = cloudInitError
+	done := s.done
+	s.mu.Unlock()
+	s.t.Log(msg)
+	if !done {
+		s.onFail(msg)
+	}
+}
+
+func (s *Sim) stop() {
+	s.mu.Lock()
+	s.done = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.clusters {
+		if s.t.Failed() {
+			s.t.Logf("bootsim: workload cluster %s's logs:\n%s", w.cp.name, w.cp.logs())
+		}
+		w.stopAll()
+	}
+}
+
+func (w *workload) stopAll() {
+	if w.kwok != nil {
+		stopProc(w.kwok)
+		w.kwok = nil
+	}
+	w.cp.stop()
+}
+
+// cloud-init's `cloud-init status` answers (cloudinit/cmd/status.py:
+// "status: <running|done|error>", exit code 0, or 1 for error).
+const (
+	cloudInitRunning = "running"
+	cloudInitDone    = "done"
+	cloudInitError   = "error"
+)
+
+// guestExec is the guest agent's exec inside a VM the sim boots (the
+// image-builder template has qemu-guest-agent): CAPMOX asks
+// `cloud-init status` until it is no longer running
+// (pkg/proxmox/goproxmox/api_client.go CloudInitStatus, v0.9.0). Until
+// the sim has acted on the VM's power-on, cloud-init is still running.
+func (s *Sim) guestExec(vm pvetest.VM, argv []string) (pvetest.GuestExec, bool) {
+	if len(argv) != 2 || argv[0] != "cloud-init" || argv[1] != "status" {
+		return pvetest.GuestExec{}, false
+	}
+	s.mu.Lock()
+	st, ok := s.cloudInit[vm.ID]
+	s.mu.Unlock()
+	if !ok {
+		st = cloudInitRunning
+	}
+	res := pvetest.GuestExec{Out: "status: " + st + "\n"}
+	if st == cloudInitError {
+		res.ExitCode = 1
+	}
+	return res, true
+}
+
+// power is the fake PVE's hook: one event at a time, in order.
+func (s *Sim) power(ev pvetest.PowerEvent) {
+	if s.ctx.Err() != nil {
+		return
+	}
+	switch ev.Change {
+	case pvetest.PowerOn:
+		s.boot(ev.VM)
+	case pvetest.PowerOff, pvetest.Destroyed:
+		s.halt(ev.VM)
+	}
+}
+
+// cdromISO finds the cloud-init ISO CAPMOX mounted (ide0, "storage:iso/
+// user-data-<vmid>.iso,media=cdrom"; go-proxmox v0.6.0 CloudInit).
+func cdromISO(vm pvetest.VM) (storage, volid string, ok bool) {
+	for _, k := range []string{"ide0", "ide1", "ide2", "ide3", "sata0", "scsi1"} {
+		v := vm.Config[k]
+		file, opts, _ := strings.Cut(v, ",")
+		if !strings.Contains(opts, "media=cdrom") || !strings.Contains(file, ":iso/") {
+			continue
+		}
+		st, _, _ := strings.Cut(file, ":")
+		return st, file, true
+	}
+	return "", "", false
+}
+
+func (s *Sim) boot(vm pvetest.VM) {
+	s.mu.Lock()
+	s.cloudInit[vm.ID] = cloudInitRunning
+	s.mu.Unlock()
+	st, volid, ok := cdromISO(vm)
+	if !ok {
+		s.fail(vm.ID, "no cloud-init ISO on a cdrom drive in its config %v", vm.Config)
+		return
+	}
+	iso, ok := s.fake.Volume(vm.Node, st, volid)
+	if !ok {
+		s.fail(vm.ID, "its cdrom %s is not on node %s's storage %s", volid, vm.Node, st)
+		return
+	}
+	seed, err := ReadSeed(iso)
+	if err != nil {
+		s.fail(vm.ID, "%s: %v", volid, err)
+		return
+	}
+	b, err := ParseBootstrap(seed)
+	if err != nil {
+		s.fail(vm.ID, "%s: %v", volid, err)
+		return
+	}
+	mac := ""
+	if net0 := vm.Config["net0"]; net0 != "" {
+		model, _, _ := strings.Cut(net0, ",")
+		_, mac, _ = strings.Cut(model, "=")
+	}
+	ip, err := NodeAddress(seed.NetworkConfig, mac)
+	if err != nil {
+		s.fail(vm.ID, "%s: %v", volid, err)
+		return
+	}
+	capacity, err := vmCapacity(vm)
+	if err != nil {
+		s.fail(vm.ID, "%v", err)
+		return
+	}
+	var w *workload
+	switch b.Action {
+	case Init:
+		if w, err = s.initCluster(vm.ID, b, ip); err != nil {
+			s.fail(vm.ID, "kubeadm init: %v", err)
+			return
+		}
+	case Join:
+		if w, err = s.discover(b); err != nil {
+			s.fail(vm.ID, "kubeadm join: %v", err)
+			return
+		}
+	}
+	if err := s.register(w, b.Node, ip, capacity); err != nil {
+		s.fail(vm.ID, "the kubelet registering Node %s: %v", b.Node.Name, err)
+		return
+	}
+	s.mu.Lock()
+	s.machines[vm.ID] = &machine{vmid: vm.ID, node: b.Node.Name, cluster: w}
+	s.cloudInit[vm.ID] = cloudInitDone
+	s.mu.Unlock()
+	s.t.Logf("bootsim: VM %d booted: kubeadm %s, Node %s (%s, %s)", vm.ID, b.Action, b.Node.Name, b.Node.ProviderID, ip)
+}
+
+// halt: the guest is gone. Its Node goes; the first control-plane
+// machine's control plane stops with it.
+func (s *Sim) halt(vm pvetest.VM) {
+	s.mu.Lock()
+	m := s.machines[vm.ID]
+	delete(s.machines, vm.ID)
+	delete(s.cloudInit, vm.ID)
+	s.mu.Unlock()
+	if m == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	if err := m.cluster.cs.CoreV1().Nodes().Delete(ctx, m.node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		s.t.Logf("bootsim: VM %d halted; deleting its Node %s: %v", vm.ID, m.node, err)
+	}
+	if m.cluster.init == vm.ID {
+		s.mu.Lock()
+		delete(s.clusters, m.cluster.cp.endpoint)
+		s.mu.Unlock()
+		m.cluster.stopAll()
+	}
+	s.t.Logf("bootsim: VM %d halted; Node %s removed", vm.ID, m.node)
+}
+
+// vmCapacity is what the kubelet reports for the VM's hardware: cores ×
+// sockets CPUs and the configured memory; 110 pods (the kubelet's
+// default maxPods). Allocatable takes the kubelet's default hard eviction
+// threshold, memory.available<100Mi, off the memory
+// (pkg/kubelet/cm/node_container_manager_linux.go), with no kube- or
+// system-reserved. (A real guest's MemTotal is a little below the
+// configured memory: the kernel keeps some.)
+func vmCapacity(vm pvetest.VM) (corev1.ResourceList, error) {
+	cores, sockets := atoiOr(vm.Config["cores"], 1), atoiOr(vm.Config["sockets"], 1)
+	mem := atoiOr(vm.Config["memory"], 0)
+	if cores <= 0 || sockets <= 0 || mem <= 0 {
+		return nil, fmt.Errorf("config cores %q, sockets %q, memory %q give no hardware", vm.Config["cores"], vm.Config["sockets"], vm.Config["memory"])
+	}
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(cores*sockets), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(int64(mem)<<20, resource.BinarySI),
+		corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
+	}, nil
+}
+
+func atoiOr(s string, def int) int {
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		return def
+	}
+	return n
+}
+
+// initCluster is kubeadm init on the first control-plane machine.
+func (s *Sim) initCluster(vmid int, b *Bootstrap, ip net.IP) (*workload, error) {
+	s.mu.Lock()
+	if _, taken := s.clusters[b.APIServerEndpoint]; taken {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("a control plane already serves %s (a second kubeadm init for one endpoint)", b.APIServerEndpoint)
+	}
+	s.mu.Unlock()
+	dir := filepath.Join(s.dir, fmt.Sprintf("vm-%d", vmid))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 3*time.Minute)
+	defer cancel()
+	cp, err := startControlPlane(ctx, s.assets, dir, b, ip)
+	if err != nil {
+		return nil, err
+	}
+	w := &workload{cp: cp, init: vmid}
+	if w.cs, err = kubernetes.NewForConfig(cp.admin); err != nil {
+		cp.stop()
+		return nil, err
+	}
+	if err := uploadKubeadmState(ctx, w.cs, b, cp); err != nil {
+		s.t.Logf("bootsim: %s", cp.logs())
+		cp.stop()
+		return nil, err
+	}
+	if err := s.startKwok(ctx, w, b.Node.Name); err != nil {
+		cp.stop()
+		return nil, err
+	}
+	s.mu.Lock()
+	s.clusters[b.APIServerEndpoint] = w
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.ciliumLoop(w)
+	}()
+	return w, nil
+}
+
+// uploadKubeadmState writes what kubeadm init's later phases leave in
+// the cluster and Cluster API reads (k8s.io/kubernetes v1.35.4
+// cmd/kubeadm/app/phases): upload-config's kubeadm-config ConfigMap
+// (ClusterConfiguration, uploadconfig/uploadconfig.go) and kubelet-config
+// ConfigMap (key "kubelet", kubelet/config.go CreateConfigMap) with their
+// Roles and RoleBindings, bootstrap-token's cluster-info ConfigMap in
+// kube-public (bootstraptoken/clusterinfo/clusterinfo.go) and the
+// ClusterRoleBindings that let bootstrap tokens join
+// (bootstraptoken/node/tlsbootstrap.go), the admin.conf binding
+// kubeadm:cluster-admins (kubeconfig/kubeconfig.go
+// EnsureAdminClusterRoleBinding), and the mirror Pods the kubelet makes
+// for the static pods (labels component and tier as
+// cmd/kubeadm/app/util/staticpod/utils.go ComponentPod), which Cluster
+// API's KubeadmControlPlane checks (controlplane/kubeadm/internal/
+// workload_cluster_conditions.go, v1.12.10). The CoreDNS and kube-proxy
+// addons are not installed: nothing here runs them, and KCP skips their
+// upgrade when they are absent.
+func uploadKubeadmState(ctx context.Context, cs *kubernetes.Clientset, b *Bootstrap, cp *controlPlane) error {
+	sys, pub := metav1.NamespaceSystem, metav1.NamespacePublic
+	cms := []*corev1.ConfigMap{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm-config", Namespace: sys}, Data: map[string]string{"ClusterConfiguration": b.Cluster.Raw}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubelet-config", Namespace: sys}, Data: map[string]string{"kubelet": kubeletConfig(b)}},
+	}
+	clusterInfo, err := clusterInfoKubeconfig(cp)
+	if err != nil {
+		return err
+	}
+	cms = append(cms, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cluster-info", Namespace: pub}, Data: map[string]string{"kubeconfig": clusterInfo}})
+	for _, cm := range cms {
+		if _, err := cs.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("upload-config: ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+		}
+	}
+	bootstrappers := rbacv1.Subject{Kind: rbacv1.GroupKind, Name: "system:bootstrappers:kubeadm:default-node-token"}
+	nodes := rbacv1.Subject{Kind: rbacv1.GroupKind, Name: "system:nodes"}
+	roles := []*rbacv1.Role{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:nodes-kubeadm-config", Namespace: sys}, Rules: []rbacv1.PolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"kubeadm-config"}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:kubelet-config", Namespace: sys}, Rules: []rbacv1.PolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"kubelet-config"}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:bootstrap-signer-clusterinfo", Namespace: pub}, Rules: []rbacv1.PolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"cluster-info"}}}},
+	}
+	for _, r := range roles {
+		if _, err := cs.RbacV1().Roles(r.Namespace).Create(ctx, r, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("RBAC: Role %s: %w", r.Name, err)
+		}
+	}
+	rbs := []*rbacv1.RoleBinding{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:nodes-kubeadm-config", Namespace: sys}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "kubeadm:nodes-kubeadm-config"}, Subjects: []rbacv1.Subject{bootstrappers, nodes}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:kubelet-config", Namespace: sys}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "kubeadm:kubelet-config"}, Subjects: []rbacv1.Subject{bootstrappers, nodes}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:bootstrap-signer-clusterinfo", Namespace: pub}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "kubeadm:bootstrap-signer-clusterinfo"}, Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "system:anonymous"}}},
+	}
+	for _, rb := range rbs {
+		if _, err := cs.RbacV1().RoleBindings(rb.Namespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("RBAC: RoleBinding %s: %w", rb.Name, err)
+		}
+	}
+	crbs := []*rbacv1.ClusterRoleBinding{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:cluster-admins"}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"}, Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: "kubeadm:cluster-admins"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:kubelet-bootstrap"}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-bootstrapper"}, Subjects: []rbacv1.Subject{bootstrappers}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:node-autoapprove-bootstrap"}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:certificates.k8s.io:certificatesigningrequests:nodeclient"}, Subjects: []rbacv1.Subject{bootstrappers}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:node-autoapprove-certificate-rotation"}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"}, Subjects: []rbacv1.Subject{nodes}},
+	}
+	for _, crb := range crbs {
+		if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("RBAC: ClusterRoleBinding %s: %w", crb.Name, err)
+		}
+	}
+	return nil
+}
+
+// kubeletConfig is the KubeletConfiguration kubeadm uploads: its
+// defaults for what it sets (cmd/kubeadm/app/componentconfigs/kubelet.go
+// Default: cgroupDriver systemd, clusterDNS the tenth service address,
+// clusterDomain, authentication by the cluster CA, rotation on).
+func kubeletConfig(b *Bootstrap) string {
+	domain := b.Cluster.Networking.DNSDomain
+	if domain == "" {
+		domain = "cluster.local"
+	}
+	return `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+cgroupDriver: systemd
+clusterDomain: ` + domain + `
+rotateCertificates: true
+staticPodPath: /etc/kubernetes/manifests
+`
+}
+
+// clusterInfoKubeconfig is cluster-info's kubeconfig: the CA and the
+// endpoint, no user (clusterinfo.go CreateBootstrapConfigMapIfNotExists).
+func clusterInfoKubeconfig(cp *controlPlane) (string, error) {
+	data, err := yaml.Marshal(map[string]any{
+		"apiVersion": "v1", "kind": "Config", "preferences": map[string]any{},
+		"clusters": []any{map[string]any{"name": "", "cluster": map[string]any{
+			"certificate-authority-data": cp.caPEM, "server": "https://" + cp.endpoint}}},
+		"contexts": []any{}, "current-context": "", "users": []any{},
+	})
+	return string(data), err
+}
+
+// mirrorPods are the kubelet's mirror Pods of kubeadm's static pods on
+// node (kube-system/<component>-<node>, labels component and tier, the
+// kubernetes.io/config.mirror annotation), for KCP's checks.
+func mirrorPods(node string) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, c := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		out = append(out, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: c + "-" + node, Namespace: metav1.NamespaceSystem,
+				Labels:      map[string]string{"component": c, "tier": "control-plane"},
+				Annotations: map[string]string{"kubernetes.io/config.mirror": "bootsim", "kubernetes.io/config.source": "file"},
+			},
+			Spec: corev1.PodSpec{
+				NodeName: node, HostNetwork: true, PriorityClassName: "system-node-critical",
+				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}},
+				Containers:  []corev1.Container{{Name: c, Image: "registry.k8s.io/" + c}},
+			},
+		})
+	}
+	return out
+}
+
+// discover is kubeadm join's bootstrap-token discovery
+// (cmd/kubeadm/app/discovery/token/token.go): the endpoint must serve a
+// cluster whose CA matches a caCertHashes pin, and the token must be a
+// live bootstrap token of it (kube-system/bootstrap-token-<id> with
+// usage-bootstrap-authentication, unexpired), which Cluster API's kubeadm
+// bootstrap provider creates. kubeadm retries until its discovery
+// timeout (5 minutes by default); so does this.
+func (s *Sim) discover(b *Bootstrap) (*workload, error) {
+	deadline := time.Now().Add(5 * time.Minute)
+	var last error
+	for {
+		s.mu.Lock()
+		w := s.clusters[b.APIServerEndpoint]
+		s.mu.Unlock()
+		if w == nil {
+			last = fmt.Errorf("nothing serves discovery.bootstrapToken.apiServerEndpoint %s", b.APIServerEndpoint)
+		} else if last = checkToken(s.ctx, w, b); last == nil {
+			return w, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, last
+		}
+		select {
+		case <-s.ctx.Done():
+			return nil, s.ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func checkToken(ctx context.Context, w *workload, b *Bootstrap) error {
+	if len(b.CACertHashes) > 0 {
+		h, err := caCertHash(w.cp.caPEM)
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, want := range b.CACertHashes {
+			found = found || strings.EqualFold(want, h)
+		}
+		if !found {
+			return fmt.Errorf("the cluster CA at %s is %s, none of caCertHashes %v", b.APIServerEndpoint, h, b.CACertHashes)
+		}
+	}
+	id, secret, ok := strings.Cut(b.Token, ".")
+	if !ok {
+		return fmt.Errorf("discovery.bootstrapToken.token is not <id>.<secret>")
+	}
+	sec, err := w.cs.CoreV1().Secrets(metav1.NamespaceSystem).Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("bootstrap token %s: %w", id, err)
+	}
+	if string(sec.Data["token-secret"]) != secret || string(sec.Data["usage-bootstrap-authentication"]) != "true" {
+		return fmt.Errorf("bootstrap token %s does not authenticate this secret", id)
+	}
+	if exp := string(sec.Data["expiration"]); exp != "" {
+		if t, err := time.Parse(time.RFC3339, exp); err == nil && time.Now().After(t) {
+			return fmt.Errorf("bootstrap token %s expired at %s", id, exp)
+		}
+	}
+	return nil
+}
+
+// register creates the Node as the kubelet's registerWithAPIServer does
+// (pkg/kubelet/kubelet_node_status.go initialNode: labels, taints from
+// --register-with-taints, providerID, capacity and allocatable, the
+// addresses), marked for kwok; on the first control-plane machine also
+// the static pods' mirror Pods.
+func (s *Sim) register(w *workload, n NodeSpec, ip net.IP, capacity corev1.ResourceList) error {
+	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+	defer cancel()
+	alloc := capacity.DeepCopy()
+	mem := alloc[corev1.ResourceMemory]
+	mem.Sub(resource.MustParse("100Mi"))
+	alloc[corev1.ResourceMemory] = mem
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, Annotations: map[string]string{
+			KwokAnnotation:                 "fake",
+			"node.alpha.kubernetes.io/ttl": "0",
+			"volumes.kubernetes.io/controller-managed-attach-detach": "true",
+		}},
+		Spec: corev1.NodeSpec{ProviderID: n.ProviderID, Taints: n.Taints},
+		Status: corev1.NodeStatus{
+			Capacity: capacity, Allocatable: alloc,
+			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: n.Name}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: kubeletPort}},
+		},
+	}
+	if _, err := w.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if !n.ControlPlane {
+		return nil
+	}
+	for _, p := range mirrorPods(n.Name) {
+		if _, err := w.cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("mirror Pod %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// kubeletPort is the kubelet's API port (its --port default, which it
+// reports in status.daemonEndpoints).
+const kubeletPort = 10250
+
+// startKwok runs the real kwok against the workload cluster, managing the
+// Nodes the sim marks, with kwok's own default stages (node-initialize,
+// node-heartbeat, pod-ready, pod-complete, pod-delete from the module's
+// kustomize/stage, as kwokctl's runtime gives kwok when no stages are
+// configured: pkg/kwokctl/runtime/cluster.go, v0.8.0). kwok also serves
+// the kubelet API on the first control-plane node's address, with a
+// PortForward of the etcd mirror Pod's port 2379 to the etcd the sim
+// runs: the API server's pods/portforward reaches it there, which is how
+// KubeadmControlPlane talks to etcd (controlplane/kubeadm/internal/
+// etcd_client_generator.go, v1.12.10).
+func (s *Sim) startKwok(ctx context.Context, w *workload, cpNode string) error {
+	root, err := testbed.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	m, err := upstream.Locate(ctx, root, upstream.Provider{Name: "kwok", Wrapper: "kwok", Module: "sigs.k8s.io/kwok"})
+	if err != nil {
+		return err
+	}
+	var stages []string
+	for _, f := range []string{"node/fast/node-initialize.yaml", "node/heartbeat/node-heartbeat.yaml",
+		"pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml"} {
+		data, err := os.ReadFile(filepath.Join(m.Dir, "kustomize", "stage", filepath.FromSlash(f)))
+		if err != nil {
+			return fmt.Errorf("kwok's default stages: %w", err)
+		}
+		stages = append(stages, strings.TrimSpace(string(data)))
+	}
+	ip := w.cp.nodeIP.String()
+	stages = append(stages, fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
+kind: PortForward
+metadata:
+  name: etcd-%s
+  namespace: kube-system
+spec:
+  forwards:
+  - ports: [2379]
+    target:
+      port: 2379
+      address: %s`, cpNode, ip))
+	cfg := filepath.Join(w.cp.dir, "kwok.yaml")
+	if err := os.WriteFile(cfg, []byte(strings.Join(stages, "\n---\n")+"\n"), 0o600); err != nil {
+		return err
+	}
+	// The kubelet's serving certificate (the kubelet makes a self-signed
+	// one; the API server does not check it without
+	// --kubelet-certificate-authority, as kubeadm leaves it).
+	serving, err := w.cp.ca.Serving([]string{cpNode}, []net.IP{w.cp.nodeIP})
+	if err != nil {
+		return err
+	}
+	base := filepath.Join(w.cp.dir, "pki", "kubelet")
+	if err := writePair(base, serving); err != nil {
+		return err
+	}
+	p, err := startProc(s.assets, w.cp.dir, "kwok",
+		"--kubeconfig="+w.cp.kubeconfig,
+		"--config="+cfg,
+		"--manage-nodes-with-annotation-selector="+KwokAnnotation+"=fake",
+		"--node-ip="+ip,
+		fmt.Sprintf("--server-address=%s:%d", ip, kubeletPort),
+		"--tls-cert-file="+base+".crt",
+		"--tls-private-key-file="+base+".key",
+	)
+	if err != nil {
+		return err
+	}
+	w.kwok = p
+	return nil
+}
+
+func startProc(assets, dir, name string, args ...string) (*proc, error) {
+	cp := &controlPlane{dir: dir}
+	if err := cp.run(assets, name, args...); err != nil {
+		return nil, err
+	}
+	return cp.procs[0], nil
+}
+
+func stopProc(p *proc) {
+	(&controlPlane{procs: []*proc{p}}).stop()
+}
+
+// CiliumTaint is the taint Cilium's agent lifts once it runs on a Node.
+const CiliumTaint = "node.cilium.io/agent-not-ready"
+
+// ciliumLoop stands in for Cilium's agent and operator on Nodes (Cilium
+// 1.18: the operator's removeNodeTaints, on by default, lifts
+// node.cilium.io/agent-not-ready from a Node once the cilium agent Pod
+// on it is ready). It acts only once labctl has installed the Cilium
+// release, found as Helm's Secret storage driver keeps a release
+// (helm.sh/helm/v3 pkg/storage/driver/secrets.go: a Secret of type
+// helm.sh/release.v1 labelled owner=helm, name=<release>,
+// status=deployed), in kube-system where labctl installs it
+// (internal/clusterapi/cilium.go). A Node's agent is taken to be ready
+// ciliumDelay after the later of the Node's registration and the
+// release's deployment.
+func (s *Sim) ciliumLoop(w *workload) {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+		s.liftCiliumTaints(ctx, w)
+		cancel()
+	}
+}
+
+func (s *Sim) liftCiliumTaints(ctx context.Context, w *workload) {
+	secs, err := w.cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=cilium,status=deployed"})
+	if err != nil || len(secs.Items) == 0 {
+		return
+	}
+	var deployed time.Time
+	for _, sec := range secs.Items {
+		if sec.Type == "helm.sh/release.v1" && (deployed.IsZero() || sec.CreationTimestamp.Time.Before(deployed)) {
+			deployed = sec.CreationTimestamp.Time
+		}
+	}
+	if deployed.IsZero() {
+		return
+	}
+	nodes, err := w.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, n := range nodes.Items {
+		ready := n.CreationTimestamp.Time
+		if deployed.After(ready) {
+			ready = deployed
+		}
+		if time.Since(ready) < s.ciliumDelay {
+			continue
+		}
+		var kept []corev1.Taint
+		for _, t := range n.Spec.Taints {
+			if t.Key != CiliumTaint {
+				kept = append(kept, t)
+			}
+		}
+		if len(kept) == len(n.Spec.Taints) {
+			continue
+		}
+		n.Spec.Taints = kept
+		if _, err := w.cs.CoreV1().Nodes().Update(ctx, &n, metav1.UpdateOptions{}); err == nil {
+			s.t.Logf("bootsim: the Cilium stand-in lifted %s from Node %s", CiliumTaint, n.Name)
+		}
+	}
+}

@@ -1,0 +1,469 @@
+package box_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/labctl/labctl/internal/cluster"
+	"github.com/labctl/labctl/internal/clusterapi"
+	"github.com/labctl/labctl/internal/components"
+	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/testing/bootsim"
+	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed/box"
+	"github.com/labctl/labctl/internal/testing/testbed/pki"
+	"github.com/labctl/labctl/internal/testing/testbed/standin"
+	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// lab1's machines boot: the real CAPMOX clones and starts the
+// control-plane VM from labctl's rendered objects, the sim boots it with
+// the real kubeadm bootstrap provider's cloud-config (kubeadm init: a
+// workload control plane on the VIP 127.77.0.30), and the real
+// KubeadmControlPlane reports the control plane initialized; the
+// kubeconfig Secret Cluster API writes reaches the workload API server,
+// and KCP finds etcd and the control-plane components healthy and the
+// control plane available. Then the worker pool scaled to one joins: its Node is Ready with the
+// ProxmoxMachine's providerID, the VM's cores and memory and the pool's
+// label, and both Machines are Running with their nodeRef. The worker
+// carries Cilium's startup taint until labctl installs Cilium; then a
+// pod runs on it (kwok). Scaled back to zero, the VM and its Node go.
+func TestLab1MachinesBoot(t *testing.T) {
+	e := bootBox(t)
+	fake, lab, sim, b, cl := e.fake, e.lab, e.sim, e.box, e.cl
+	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", SSHKeys: []string{sshKey}, Pins: versions.MustGet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
+	defer cancel()
+	if _, err := e.kc.Apply(ctx, r.Objects, kube.ApplyOptions{}); err != nil {
+		t.Fatalf("applying lab1's objects: %v", err)
+	}
+	ns := r.Namespace
+	alive := func() {
+		t.Helper()
+		for name, p := range b.Procs {
+			if exited, err := p.Exited(); exited {
+				t.Fatalf("%s exited: %v", name, err)
+			}
+		}
+		if f := sim.Failures(); len(f) > 0 {
+			t.Fatalf("a VM did not boot: %v", f)
+		}
+	}
+
+	// The real KCP marks the control plane initialized once it reads
+	// kubeadm-config from the workload cluster.
+	kcp := get(ctx, t, cl, "controlplane.cluster.x-k8s.io", "KubeadmControlPlane", ns, r.ControlPlane)
+	waitUntil(ctx, t, 6*time.Minute, "KubeadmControlPlane status.initialization.controlPlaneInitialized", alive, func() (bool, string) {
+		kcp = get(ctx, t, cl, "controlplane.cluster.x-k8s.io", "KubeadmControlPlane", ns, r.ControlPlane)
+		ok, _, _ := unstructured.NestedBool(kcp.Object, "status", "initialization", "controlPlaneInitialized")
+		conds, _, _ := unstructured.NestedSlice(kcp.Object, "status", "conditions")
+		return ok, fmt.Sprint(conds)
+	})
+
+	// Cluster API's kubeconfig Secret works against the sim's API server.
+	var sec corev1.Secret
+	if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: "lab1-kubeconfig"}, &sec); err != nil {
+		t.Fatalf("Cluster API's kubeconfig Secret: %v", err)
+	}
+	wcfg, err := clientcmd.RESTConfigFromKubeConfig(sec.Data["value"])
+	if err != nil {
+		t.Fatalf("lab1-kubeconfig: %v", err)
+	}
+	if wcfg.Host != "https://127.77.0.30:6443" {
+		t.Errorf("lab1-kubeconfig names %s, want the VIP https://127.77.0.30:6443", wcfg.Host)
+	}
+	wcs, err := kubernetes.NewForConfig(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := wcs.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubeadm-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading kubeadm-config with Cluster API's kubeconfig: %v", err)
+	}
+	if !strings.Contains(cm.Data["ClusterConfiguration"], "controlPlaneEndpoint: 127.77.0.30:6443") {
+		t.Errorf("kubeadm-config's ClusterConfiguration lacks the endpoint:\n%s", cm.Data["ClusterConfiguration"])
+	}
+
+	// The control-plane Machine is Running with its Node.
+	cpMachine := runningMachine(ctx, t, cl, wcs, ns, "cluster.x-k8s.io/control-plane", alive)
+	cpNode, err := wcs.CoreV1().Nodes().Get(ctx, cpMachine.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cpNode.Labels[bootsim.LabelControlPlane]; !ok || !hasTaint(cpNode, bootsim.LabelControlPlane) {
+		t.Errorf("control-plane Node %s: labels %v taints %v, want kubeadm's control-plane label and taint", cpNode.Name, cpNode.Labels, cpNode.Spec.Taints)
+	}
+
+	// KCP also finds the control plane available: its etcd checks reach
+	// etcd through the API server's port-forward to the etcd mirror Pod
+	// (kwok serves it), and the static pods' mirror Pods are Ready.
+	waitUntil(ctx, t, 3*time.Minute, "KubeadmControlPlane Available, EtcdClusterHealthy and ControlPlaneComponentsHealthy", alive, func() (bool, string) {
+		kcp = get(ctx, t, cl, "controlplane.cluster.x-k8s.io", "KubeadmControlPlane", ns, r.ControlPlane)
+		conds, _, _ := unstructured.NestedSlice(kcp.Object, "status", "conditions")
+		want := map[string]bool{"Available": false, "EtcdClusterHealthy": false, "ControlPlaneComponentsHealthy": false}
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if typ, _ := m["type"].(string); m["status"] == "True" {
+				if _, ok := want[typ]; ok {
+					want[typ] = true
+				}
+			}
+		}
+		return want["Available"] && want["EtcdClusterHealthy"] && want["ControlPlaneComponentsHealthy"], fmt.Sprint(conds)
+	})
+
+	// A worker joins when the pool is scaled to one.
+	md := get(ctx, t, cl, "cluster.x-k8s.io", "MachineDeployment", ns, "lab1-workers")
+	if err := cl.Patch(ctx, md, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":1}}`))); err != nil {
+		t.Fatalf("scaling lab1-workers to 1: %v", err)
+	}
+	worker := runningMachine(ctx, t, cl, wcs, ns, "cluster.x-k8s.io/deployment-name=lab1-workers", alive)
+	node, err := wcs.CoreV1().Nodes().Get(ctx, worker.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.ProviderID != worker.providerID {
+		t.Errorf("worker Node %s providerID %q, want the ProxmoxMachine's %q", node.Name, node.Spec.ProviderID, worker.providerID)
+	}
+	if node.Labels["labctl.dev/pool"] != "workers" || hasTaint(node, bootsim.LabelControlPlane) {
+		t.Errorf("worker Node %s: labels %v taints %v, want the pool's label and no control-plane taint", node.Name, node.Labels, node.Spec.Taints)
+	}
+	wantSpec := machineSpec(t, r.Find("ProxmoxMachineTemplate", workerTemplate(t, r)))
+	if got := node.Status.Capacity[corev1.ResourceCPU]; got.Cmp(*resource.NewQuantity(wantSpec.cores, resource.DecimalSI)) != 0 {
+		t.Errorf("worker Node cpu capacity %s, want the VM's %d cores", got.String(), wantSpec.cores)
+	}
+	if got := node.Status.Capacity[corev1.ResourceMemory]; got.Value() != wantSpec.memoryMiB<<20 {
+		t.Errorf("worker Node memory capacity %s, want the VM's %d MiB", got.String(), wantSpec.memoryMiB)
+	}
+	t.Logf("worker %s: Node %s Ready, providerID %s, capacity %v", worker.name, node.Name, node.Spec.ProviderID, node.Status.Capacity)
+
+	// The worker registered with Cilium's startup taint, and nothing
+	// lifts it while Cilium is not installed: a pod for the pool stays
+	// unscheduled. (The Cilium stand-in looks every second; 8 s is well
+	// past its 3 s delay.)
+	if !hasTaint(node, clusterapi.StartupTaint) {
+		t.Fatalf("worker Node %s registered without %s: taints %v", node.Name, clusterapi.StartupTaint, node.Spec.Taints)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "inflate", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"labctl.dev/pool": "workers"},
+			Containers:   []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}
+	if _, err := wcs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating a pod in the workload cluster: %v", err)
+	}
+	time.Sleep(8 * time.Second)
+	if n, err := wcs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); err != nil || !hasTaint(n, clusterapi.StartupTaint) {
+		t.Fatalf("without Cilium installed, %s left Node %s (err %v)", clusterapi.StartupTaint, node.Name, err)
+	}
+	if p, err := wcs.CoreV1().Pods("default").Get(ctx, "inflate", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Fatalf("a pod was scheduled onto a node Cilium does not run on yet: node %q, %v", p.Spec.NodeName, err)
+	}
+
+	// labctl installs Cilium with its own code (cluster create's step),
+	// from the offline folder holding the stand-in chart at the pinned
+	// version: the stand-in agent lifts the taint, the scheduler places
+	// the pod on the worker and kwok runs it.
+	lab.Management.Stack.OfflineDir = t.TempDir()
+	standin.Package(t, lab.Management.Stack.OfflineDir, standin.Cilium, versions.MustGet().Cilium)
+	lab1, err := lab.Cluster("lab1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cil, err := cluster.NewCilium(lab, lab1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cil.Install(ctx, sec.Data["value"], 2*time.Minute); err != nil {
+		t.Fatalf("labctl installing Cilium: %v", err)
+	}
+	waitUntil(ctx, t, 2*time.Minute, "pod inflate Running on the worker", alive, func() (bool, string) {
+		n, err := wcs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		p, err := wcs.CoreV1().Pods("default").Get(ctx, "inflate", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return !hasTaint(n, clusterapi.StartupTaint) && p.Spec.NodeName == node.Name && p.Status.Phase == corev1.PodRunning,
+			fmt.Sprintf("Node taints %v; pod on %q phase %s", n.Spec.Taints, p.Spec.NodeName, p.Status.Phase)
+	})
+
+	// Scaled to zero, Cluster API deletes the Machine, CAPMOX stops and
+	// destroys the VM, and its Node goes with it.
+	if err := cl.Patch(ctx, md, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`))); err != nil {
+		t.Fatalf("scaling lab1-workers to 0: %v", err)
+	}
+	waitUntil(ctx, t, 4*time.Minute, "worker Machine, VM and Node gone", alive, func() (bool, string) {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineList"})
+		if err := cl.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{"cluster.x-k8s.io/deployment-name": "lab1-workers"}); err != nil {
+			return false, err.Error()
+		}
+		_, err := wcs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		vmLeft := false
+		for _, v := range fake.VMs() {
+			vmLeft = vmLeft || v.Name() == worker.name
+		}
+		return len(list.Items) == 0 && !vmLeft && apierrors.IsNotFound(err),
+			fmt.Sprintf("%d worker Machines, VM %s left %v, Node %s: %v", len(list.Items), worker.name, vmLeft, node.Name, err)
+	})
+}
+
+func workerTemplate(t *testing.T, r *clusterapi.Rendered) string {
+	t.Helper()
+	md := r.Find("MachineDeployment", "lab1-workers")
+	if md == nil {
+		t.Fatal("lab1 renders no MachineDeployment lab1-workers")
+	}
+	name, _, _ := unstructured.NestedString(md.Object, "spec", "template", "spec", "infrastructureRef", "name")
+	return name
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+func get(ctx context.Context, t *testing.T, cl client.Client, group, kind, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: group, Version: "v1beta2", Kind: kind})
+	if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u); err != nil {
+		t.Fatalf("getting %s %s/%s: %v", kind, ns, name, err)
+	}
+	return u
+}
+
+// waitUntil polls ok every second until it holds, failing with its last
+// detail after d.
+func waitUntil(ctx context.Context, t *testing.T, d time.Duration, what string, alive func(), ok func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		done, detail := ok()
+		if done {
+			return
+		}
+		alive()
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("no %s after %s: %s", what, d, detail)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+type runningM struct {
+	name, node, providerID string
+}
+
+// runningMachine waits for the one Machine matching selector to be
+// Running with a nodeRef to a Ready Node, and returns it with its
+// ProxmoxMachine's providerID.
+func runningMachine(ctx context.Context, t *testing.T, cl client.Client, wcs *kubernetes.Clientset, ns, selector string, alive func()) runningM {
+	t.Helper()
+	sel, err := metav1.ParseToLabelSelector(selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m runningM
+	waitUntil(ctx, t, 6*time.Minute, "Running Machine "+selector+" with a Ready Node", alive, func() (bool, string) {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineList"})
+		if err := cl.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: ls}); err != nil {
+			return false, err.Error()
+		}
+		if len(list.Items) != 1 {
+			return false, fmt.Sprintf("%d Machines", len(list.Items))
+		}
+		u := list.Items[0]
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		node, _, _ := unstructured.NestedString(u.Object, "status", "nodeRef", "name")
+		pid, _, _ := unstructured.NestedString(u.Object, "spec", "providerID")
+		if phase != "Running" || node == "" {
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			return false, fmt.Sprintf("Machine %s phase %q nodeRef %q conditions %v", u.GetName(), phase, node, conds)
+		}
+		n, err := wcs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				m = runningM{name: u.GetName(), node: node, providerID: pid}
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("Node %s not Ready: %v", node, n.Status.Conditions)
+	})
+	return m
+}
+
+// bootEnv is the box with the real Cluster API, kubeadm, IPAM and CAPMOX
+// managers, the strict fake PVE with lab1's template, and the sim booting
+// its VMs.
+type bootEnv struct {
+	fake *pvetest.Server
+	lab  *config.Lab
+	sim  *bootsim.Sim
+	box  *box.Box
+	kc   *kube.Client
+	cl   client.Client
+}
+
+func bootBox(t *testing.T) *bootEnv {
+	t.Helper()
+	box.Require(t, "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox", "kwok")
+	ca, err := pki.NewCA("labctl test PVE CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The guest agent of image-builder's template answers once the VM
+	// runs; the sim answers its cloud-init status.
+	fake, lab := pveLab(t, ca, ca)
+	sim := bootsim.Start(t, fake)
+	img := lab.Images[0]
+	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
+	fake.AddVM("pv1-1", lab.Management.VMID, lab.Management.Name, 8192, true, false)
+
+	env, args := capmoxProcess(t, lab, t.TempDir())
+	b := box.Start(t,
+		box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox"),
+		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...))
+	cl, err := client.New(b.Env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bootEnv{fake: fake, lab: lab, sim: sim, box: b, kc: kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig), cl: cl}
+}
+
+// labctl cluster create lab1, labctl's own use case, on the box: with the
+// real Cluster API, kubeadm and CAPMOX and the sim booting the VM, it
+// waits for infrastructure and the initialized control plane, writes the
+// kubeconfig (0600) that then works against the workload API server,
+// installs Cilium (the stand-in chart from the offline folder, with the
+// Helm SDK) and applies the autoscaler. What 'labctl mgmt install' leaves
+// for the autoscaler to bind to, the shared ClusterRole, comes from
+// labctl's own rendered stack.
+func TestLab1ClusterCreate(t *testing.T) {
+	e := bootBox(t)
+	lab := e.lab
+	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{sshKey}
+	pins := versions.MustGet()
+	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
+	defer cancel()
+
+	cs, err := components.Build(lab, pins, components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role []*unstructured.Unstructured
+	for _, c := range cs {
+		for _, o := range c.Objects {
+			if o.GetKind() == "ClusterRole" && o.GetName() == clusterapi.SharedClusterRole {
+				role = append(role, o)
+			}
+		}
+	}
+	if len(role) != 1 {
+		t.Fatalf("labctl's management stack renders %d ClusterRoles %s, want 1", len(role), clusterapi.SharedClusterRole)
+	}
+	if _, err := e.kc.Apply(ctx, role, kube.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Cilium's chart cannot be fetched here: the stand-in chart, at the
+	// pinned version, in the offline folder create reads it from.
+	lab.Management.Stack.OfflineDir = t.TempDir()
+	standin.Package(t, lab.Management.Stack.OfflineDir, standin.Cilium, pins.Cilium)
+
+	var out, errb bytes.Buffer
+	dir := t.TempDir()
+	opts := cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Lab: lab, Name: "lab1", Mgmt: e.kc,
+		KubeconfigDir: dir, Timeout: 6 * time.Minute}
+	done := make(chan error, 1)
+	go func() { done <- cluster.Create(ctx, opts) }()
+	var createErr error
+	for waiting := true; waiting; {
+		select {
+		case createErr = <-done:
+			waiting = false
+		case <-time.After(time.Second):
+			for name, p := range e.box.Procs {
+				if exited, err := p.Exited(); exited {
+					t.Fatalf("%s exited: %v", name, err)
+				}
+			}
+		}
+	}
+	if createErr != nil {
+		t.Fatalf("labctl cluster create lab1: %v\n%s\nVM boot failures: %v", createErr, errb.String(), e.sim.Failures())
+	}
+	t.Logf("cluster create's output:\n%s", errb.String())
+
+	path := filepath.Join(dir, "lab1.kubeconfig")
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("create wrote no kubeconfig: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s has mode %v, want 0600", path, fi.Mode().Perm())
+	}
+	wcfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wcs, err := kubernetes.NewForConfig(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := wcs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: bootsim.LabelControlPlane})
+	if err != nil {
+		t.Fatalf("the written kubeconfig does not reach the workload API: %v", err)
+	}
+	if len(nodes.Items) != 1 || !strings.HasPrefix(nodes.Items[0].Spec.ProviderID, "proxmox://") {
+		t.Errorf("the workload cluster's control-plane Nodes: %v", nodes.Items)
+	}
+	rel, err := wcs.CoreV1().Secrets(clusterapi.CiliumNamespace).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + clusterapi.CiliumRelease + ",status=deployed"})
+	if err != nil || len(rel.Items) != 1 {
+		t.Errorf("Cilium's Helm release in the workload cluster: %v, %v", rel, err)
+	}
+	var dep unstructured.Unstructured
+	dep.SetGroupVersionKind(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
+	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: "lab1", Name: clusterapi.AutoscalerName}, &dep); err != nil {
+		t.Errorf("the autoscaler Deployment: %v", err)
+	}
+}
