@@ -74,8 +74,10 @@ func TestAutoscalerRBACAllowsScaling(t *testing.T) {
 		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "get", Group: "infrastructure.cluster.x-k8s.io", Resource: "proxmoxmachinetemplates"}, true},
 		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "update", Group: "cluster.x-k8s.io", Resource: "machinedeployments", Subresource: "scale"}, true},
 		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "watch", Group: "cluster.x-k8s.io", Resource: "machines"}, true},
-		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "update", Group: "coordination.k8s.io", Resource: "leases"}, true},
-		// Not more than it needs: the kubeconfig comes mounted, not read.
+		// Not more than it needs: the kubeconfig comes mounted, not read;
+		// its lease and status ConfigMap are in the workload cluster.
+		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "update", Group: "coordination.k8s.io", Resource: "leases"}, false},
+		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "update", Resource: "configmaps"}, false},
 		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "get", Resource: "secrets"}, false},
 		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "delete", Group: "cluster.x-k8s.io", Resource: "machinedeployments"}, false},
 		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "update", Group: "infrastructure.cluster.x-k8s.io", Resource: "proxmoxmachinetemplates"}, false},

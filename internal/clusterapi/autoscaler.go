@@ -29,6 +29,9 @@ const (
 	// workloadKubeconfig is where the <cluster>-kubeconfig secret's "value"
 	// key is mounted.
 	workloadKubeconfig = "/etc/kubernetes/workload/value"
+	// autoscalerWorkloadNamespace is the workload cluster's namespace for
+	// the autoscaler's lease and status ConfigMap (its --namespace).
+	autoscalerWorkloadNamespace = "kube-system"
 )
 
 // AutoscalerArgs are the cluster-autoscaler flags for a cluster.
@@ -39,8 +42,14 @@ func (r *renderer) autoscalerArgs() []string {
 		"--kubeconfig=" + workloadKubeconfig,
 		"--clusterapi-cloud-config-authoritative",
 		fmt.Sprintf("--node-group-auto-discovery=clusterapi:namespace=%s,clusterName=%s", ns, r.c.Name),
-		"--namespace=" + ns,
-		"--leader-elect-resource-namespace=" + ns,
+		// --namespace is where the autoscaler keeps its leader lease, status
+		// ConfigMap and events, through the client of --kubeconfig: the
+		// workload cluster (cluster-autoscaler 1.35.0 main.go: the lock in
+		// autoscalingOpts.ConfigNamespace on kube_util.CreateKubeClient's
+		// client; --leader-elect-resource-namespace is not read). The
+		// cluster's management namespace does not exist there, so it
+		// never got the lease and never ran a loop.
+		"--namespace=" + autoscalerWorkloadNamespace,
 		"--startup-taint=" + StartupTaint,
 		"--scan-interval=" + a.ScanInterval,
 		"--scale-down-unneeded-time=" + a.ScaleDownUnneededTime,

@@ -3,13 +3,16 @@ package box_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,10 +30,12 @@ import (
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/scaletest"
 	"github.com/labctl/labctl/internal/testing/bootsim"
 	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
+	"github.com/labctl/labctl/internal/testing/testbed/runner"
 	"github.com/labctl/labctl/internal/testing/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
@@ -266,7 +272,7 @@ func get(ctx context.Context, t *testing.T, cl client.Client, group, kind, ns, n
 
 // waitUntil polls ok every second until it holds, failing with its last
 // detail after d.
-func waitUntil(ctx context.Context, t *testing.T, d time.Duration, what string, alive func(), ok func() (bool, string)) {
+func waitUntil(ctx context.Context, t testing.TB, d time.Duration, what string, alive func(), ok func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -344,7 +350,7 @@ type bootEnv struct {
 	cl   client.Client
 }
 
-func bootBox(t *testing.T) *bootEnv {
+func bootBox(t testing.TB) *bootEnv {
 	t.Helper()
 	box.Require(t, "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox", "kwok")
 	ca, err := pki.NewCA("labctl test PVE CA")
@@ -378,12 +384,17 @@ func bootBox(t *testing.T) *bootEnv {
 // Helm SDK) and applies the autoscaler. What 'labctl mgmt install' leaves
 // for the autoscaler to bind to, the shared ClusterRole, comes from
 // labctl's own rendered stack.
-func TestLab1ClusterCreate(t *testing.T) {
+func TestLab1ClusterCreate(t *testing.T) { lab1Lifecycle(t) }
+
+// lab1Lifecycle is TestLab1ClusterCreate's run, shared with
+// BenchmarkLab1ScaleTest: create, the autoscaler, scale-test all, delete.
+// It returns scale-test's report.
+func lab1Lifecycle(t testing.TB) *scaletest.Report {
 	e := bootBox(t)
 	lab := e.lab
 	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{sshKey}
 	pins := versions.MustGet()
-	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 	defer cancel()
 
 	cs, err := components.Build(lab, pins, components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
@@ -461,9 +472,216 @@ func TestLab1ClusterCreate(t *testing.T) {
 	if err != nil || len(rel.Items) != 1 {
 		t.Errorf("Cilium's Helm release in the workload cluster: %v, %v", rel, err)
 	}
-	var dep unstructured.Unstructured
-	dep.SetGroupVersionKind(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
-	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: "lab1", Name: clusterapi.AutoscalerName}, &dep); err != nil {
-		t.Errorf("the autoscaler Deployment: %v", err)
+	as := autoscalerRunsAsRendered(ctx, t, e, wcs)
+
+	// labctl scale-test lab1 --scenario all, against that autoscaler.
+	lab.ScaleTest.Timeouts.ScaleUp, lab.ScaleTest.Timeouts.ScaleDown, lab.ScaleTest.Timeouts.FromZero = "5m", "5m", "5m"
+	rep := scaleTestAll(ctx, t, e, lab, as)
+	for _, name := range []string{scaletest.PhaseUp, scaletest.PhaseDown, scaletest.PhaseFromZero} {
+		i := slices.IndexFunc(rep.Phases, func(p scaletest.PhaseReport) bool { return p.Name == name })
+		if i < 0 {
+			t.Errorf("scale-test's report has no phase %q", name)
+			continue
+		}
+		p := rep.Phases[i]
+		for _, m := range p.Milestones {
+			if !m.Reached {
+				t.Errorf("%s: milestone %q not reached", name, m.Name)
+			}
+		}
+		if !p.Pass {
+			t.Errorf("%s failed: %s", name, p.Stopped)
+		}
+	}
+
+	// labctl cluster delete lab1 --yes leaves nothing of lab1 behind.
+	errb.Reset()
+	if err := cluster.Delete(ctx, cluster.DeleteOptions{Options: opts, Yes: true}); err != nil {
+		t.Fatalf("labctl cluster delete lab1 --yes: %v\n%s", err, errb.String())
+	}
+	nothingLeft(ctx, t, e, lab)
+	return rep
+}
+
+// scaleTestAll runs labctl scale-test lab1 --scenario all -o json as the
+// command does (the workload cluster reached with Cluster API's
+// kubeconfig Secret) and returns the report it printed.
+func scaleTestAll(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab, as *runner.Proc) *scaletest.Report {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := scaletest.Command(ctx, scaletest.CommandOptions{
+		IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Lab: lab, Cluster: "lab1", Scenario: "all", Output: "json",
+		Mgmt: func(context.Context) (*kube.Client, error) { return e.kc, nil },
+		Workload: func(ctx context.Context, name string) (*rest.Config, error) {
+			kc, err := cluster.Kubeconfig(ctx, cluster.Options{Mgmt: e.kc, Name: name})
+			if err != nil {
+				return nil, err
+			}
+			return kube.RESTConfigFromKubeconfig(kc)
+		},
+	})
+	t.Logf("scale-test's progress:\n%s", errb.String())
+	var rep scaletest.Report
+	if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil {
+		t.Fatalf("scale-test printed no JSON report (%v): %v\n%s", err, jerr, out.String())
+	}
+	for _, p := range rep.Phases {
+		var line []string
+		for _, m := range p.Milestones {
+			line = append(line, fmt.Sprintf("%s +%.1fs", m.Name, m.AfterSeconds))
+		}
+		t.Logf("%s: pass %v in %.1fs: %s", p.Name, p.Pass, p.TotalSeconds, strings.Join(line, ", "))
+	}
+	if err != nil {
+		t.Fatalf("labctl scale-test lab1 --scenario all: %v\nautoscaler log:\n%s\nVM boot failures: %v", err, runner.Tail(as.Log, 60), e.sim.Failures())
+	}
+	return &rep
+}
+
+// nothingLeft checks what cluster delete must leave: no Machines, no VM
+// of lab1 in the fake PVE (only the management VM and the template), no
+// IPAddresses, no Secrets in lab1's namespace, and no autoscaler process.
+func nothingLeft(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab) {
+	t.Helper()
+	list := func(group, version, kind string) []string {
+		l := &unstructured.UnstructuredList{}
+		l.SetGroupVersionKind(schema.GroupVersionKind{Group: group, Version: version, Kind: kind + "List"})
+		if err := e.cl.List(ctx, l); err != nil {
+			t.Fatalf("listing %s: %v", kind, err)
+		}
+		var names []string
+		for _, u := range l.Items {
+			names = append(names, u.GetNamespace()+"/"+u.GetName())
+		}
+		return names
+	}
+	if m := list("cluster.x-k8s.io", "v1beta2", "Machine"); len(m) > 0 {
+		t.Errorf("Machines left after delete: %v", m)
+	}
+	if a := list("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"); len(a) > 0 {
+		t.Errorf("IPAddresses left after delete: %v", a)
+	}
+	for _, v := range e.fake.VMs() {
+		if v.ID != lab.Management.VMID && v.ID != templateID {
+			t.Errorf("VM %d %s left in the fake PVE after delete", v.ID, v.Name())
+		}
+	}
+	var secrets corev1.SecretList
+	if err := e.cl.List(ctx, &secrets, client.InNamespace("lab1")); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		t.Errorf("Secret lab1/%s (type %s) left after delete", s.Name, s.Type)
+	}
+	if p := e.box.Runner.Proc("lab1", clusterapi.AutoscalerName); p != nil && p.Running() {
+		t.Errorf("the autoscaler still runs after delete")
+	}
+}
+
+// autoscalerRunsAsRendered waits for the runner to run labctl's autoscaler
+// Deployment as the real cluster-autoscaler binary and checks the process
+// got exactly the Deployment's command and args, but for the runner's
+// documented departures (runner package doc): the mounted workload
+// kubeconfig's path mapped into the process's folder (the file holds
+// Cluster API's kubeconfig Secret), --address (the metrics listener,
+// not rendered) set to a free loopback port, and --cloud-config (not
+// rendered: the management cluster in-cluster) set to the box's
+// kubeconfig, as there is no in-cluster config here (runner.Image's
+// InClusterFlag). The autoscaler is working,
+// not only started, once it holds its lease and writes its status
+// ConfigMap in the workload cluster's kube-system, naming lab1's worker
+// pool, which it finds in the management cluster.
+func autoscalerRunsAsRendered(ctx context.Context, t testing.TB, e *bootEnv, wcs kubernetes.Interface) *runner.Proc {
+	t.Helper()
+	const ns = "lab1"
+	var dep appsv1.Deployment
+	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: clusterapi.AutoscalerName}, &dep); err != nil {
+		t.Fatalf("the autoscaler Deployment: %v", err)
+	}
+	alive := func() {
+		t.Helper()
+		for name, p := range e.box.Procs {
+			if exited, err := p.Exited(); exited {
+				t.Fatalf("%s exited: %v", name, err)
+			}
+		}
+	}
+	var p *runner.Proc
+	waitUntil(ctx, t, 2*time.Minute, "runner process for the autoscaler Deployment", alive, func() (bool, string) {
+		p = e.box.Runner.Proc(ns, clusterapi.AutoscalerName)
+		return p != nil && p.Running(), fmt.Sprint(p)
+	})
+	c := dep.Spec.Template.Spec.Containers[0]
+	if p.Image.Binary != "cluster-autoscaler" || len(c.Command) == 0 || filepath.Base(c.Command[0]) != p.Image.Binary {
+		t.Fatalf("the Deployment's command %q runs as %q, want the real cluster-autoscaler", c.Command, p.Image.Binary)
+	}
+	want := append(append([]string{}, c.Command[1:]...), c.Args...)
+	var sec corev1.Secret
+	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: clusterapi.KubeconfigSecret("lab1")}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Clone(p.Args)
+	has := func(flag string) bool {
+		return slices.ContainsFunc(want, func(a string) bool { return a == flag || strings.HasPrefix(a, flag+"=") })
+	}
+	if n := len(got); n >= 2 && n == len(want)+2 && !has("--address") && !has("--cloud-config") &&
+		strings.HasPrefix(got[n-2], "--address=127.0.0.1:") && got[n-1] == "--cloud-config="+e.box.Env.Kubeconfig {
+		got = got[:n-2]
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the autoscaler runs with %q, want the Deployment's %q (and --address on loopback)", p.Args, want)
+	}
+	for i := range want {
+		if got[i] == want[i] {
+			continue
+		}
+		flag, path, _ := strings.Cut(got[i], "=")
+		if flag+"="+"/etc/kubernetes/workload/value" == want[i] && strings.HasSuffix(path, "/etc/kubernetes/workload/value") {
+			if data, err := os.ReadFile(path); err != nil || !bytes.Equal(data, sec.Data["value"]) {
+				t.Errorf("%s: the mapped workload kubeconfig is not Cluster API's Secret (%v)", got[i], err)
+			}
+			continue
+		}
+		t.Errorf("the autoscaler's argument %d is %q, the Deployment's is %q", i, got[i], want[i])
+	}
+	waitUntil(ctx, t, 2*time.Minute, "the autoscaler's status ConfigMap naming lab1-workers", alive, func() (bool, string) {
+		cm, err := wcs.CoreV1().ConfigMaps("kube-system").Get(ctx, "cluster-autoscaler-status", metav1.GetOptions{})
+		if err != nil {
+			return false, fmt.Sprintf("%v; autoscaler log:\n%s", err, runner.Tail(p.Log, 20))
+		}
+		return strings.Contains(cm.Data["status"], "lab1-workers"), cm.Data["status"]
+	})
+	if !p.Running() {
+		t.Fatalf("the autoscaler exited:\n%s", runner.Tail(p.Log, 30))
+	}
+	t.Logf("the real cluster-autoscaler runs with %q", p.Args)
+	return p
+}
+
+// BenchmarkLab1ScaleTest runs TestLab1ClusterCreate's lifecycle and
+// reports scale-test's timeline against the real cluster-autoscaler, in
+// seconds: for scale-up 1→3 and scale-from-zero, pods Pending →
+// MachineDeployment replicas raised (the autoscaler's decision), → Node
+// Ready, → pods Running; for scale-down, the workload removed (the nodes
+// idle) → replicas lowered. docs/scale-test.md records the figures; run
+// with -run '^$' -bench BenchmarkLab1ScaleTest -benchtime=1x.
+func BenchmarkLab1ScaleTest(b *testing.B) {
+	for b.Loop() {
+		rep := lab1Lifecycle(b)
+		for _, p := range rep.Phases {
+			at := map[string]float64{}
+			for _, m := range p.Milestones {
+				at[m.Name] = m.AfterSeconds
+			}
+			unit := map[string]string{scaletest.PhaseUp: "up", scaletest.PhaseDown: "down", scaletest.PhaseFromZero: "zero"}[p.Name]
+			if p.Name == scaletest.PhaseDown {
+				b.ReportMetric(at[scaletest.MDScaledDown]-at[scaletest.WorkloadRemoved], "s-idle-to-lowered/"+unit)
+				continue
+			}
+			for _, m := range []string{scaletest.MDScaledUp, scaletest.NodeReady, scaletest.PodsRunning} {
+				name := map[string]string{scaletest.MDScaledUp: "raised", scaletest.NodeReady: "node-ready", scaletest.PodsRunning: "pods-running"}[m]
+				b.ReportMetric(at[m]-at[scaletest.PodPending], "s-pending-to-"+name+"/"+unit)
+			}
+		}
 	}
 }

@@ -41,7 +41,7 @@ const (
 
 // testLab writes examples/lab.yaml onto loopback, with the fake PVE's URL
 // and the test CA as its tls.caFile, and loads it as labctl would.
-func testLab(t *testing.T, pveURL, caFile string) *config.Lab {
+func testLab(t testing.TB, pveURL, caFile string) *config.Lab {
 	t.Helper()
 	data, err := os.ReadFile("../../../../examples/lab.yaml")
 	if err != nil {
@@ -78,7 +78,7 @@ func testLab(t *testing.T, pveURL, caFile string) *config.Lab {
 // issued (and opts), and loads the test lab aimed at it with trusted's
 // certificate as its tls.caFile (a file of mode 0600), the token secret
 // exported.
-func pveLab(t *testing.T, signer, trusted *pki.CA, opts ...pvetest.Option) (*pvetest.Server, *config.Lab) {
+func pveLab(t testing.TB, signer, trusted *pki.CA, opts ...pvetest.Option) (*pvetest.Server, *config.Lab) {
 	t.Helper()
 	pair, err := signer.Serving([]string{"localhost"}, []net.IP{net.ParseIP(pveAddr)})
 	if err != nil {
@@ -113,7 +113,7 @@ func pveLab(t *testing.T, signer, trusted *pki.CA, opts ...pvetest.Option) (*pve
 //
 // Only the flags labctl's Provider CR sets are returned: the box gives
 // the manager its own listeners and kubeconfig (box.capmoxArgs).
-func capmoxProcess(t *testing.T, lab *config.Lab, dir string) (env, args []string) {
+func capmoxProcess(t testing.TB, lab *config.Lab, dir string) (env, args []string) {
 	t.Helper()
 	cs, err := components.Build(lab, versions.MustGet(), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	if err != nil {

@@ -34,6 +34,14 @@ type Image struct {
 	// runner turns it off (one process per Deployment: there is nothing to
 	// elect).
 	CRLeaderElection bool
+	// InClusterFlag names the flag that replaces the in-cluster config for
+	// a binary that builds it with client-go's BuildConfigFromFlags("", "")
+	// (rest.InClusterConfig, which needs the service account token at
+	// its fixed path, not there for a process here; KUBECONFIG is not
+	// read). The runner sets it to its kubeconfig when the container does
+	// not: the process reaches the same API server the in-cluster config
+	// would.
+	InClusterFlag string
 	// FixedPorts are ports the binary binds on every interface with no
 	// flag to move them; the runner takes their machine-wide lock first.
 	FixedPorts []int
@@ -71,9 +79,12 @@ var Images = []Image{
 	{Name: "cluster-api-operator", Binary: "cluster-api-operator", Module: "sigs.k8s.io/cluster-api-operator", Pin: func(p versions.Pins) string { return p.ClusterAPIOperator },
 		Addrs: map[string]string{"health-addr": ":9440", "diagnostics-address": ":8443", "profiler-address": "localhost:6060"}, Ports: capiPorts,
 		CertDir: "webhook-cert-dir", CertDirDefault: crCertDir, CRLeaderElection: true},
-	// cluster-autoscaler 1.35.0's config/flags/flags.go: --address.
+	// cluster-autoscaler 1.35.0's config/flags/flags.go: --address; its
+	// clusterapi provider (cloudprovider/clusterapi/clusterapi_provider.go)
+	// builds the management cluster's config from --cloud-config, the
+	// in-cluster config when that is empty.
 	{Name: "cluster-autoscaler", Binary: "cluster-autoscaler", Module: "k8s.io/autoscaler/cluster-autoscaler", Pin: func(p versions.Pins) string { return p.ClusterAutoscaler },
-		Addrs: map[string]string{"address": ":8085"}},
+		Addrs: map[string]string{"address": ":8085"}, InClusterFlag: "cloud-config"},
 }
 
 // Match finds the image a container runs: by name, at a version the test

@@ -22,7 +22,11 @@
 // path, or a file under it) is mapped into the
 // process's folder, and a certificate-folder flag left at its default is
 // set to the mapped default. And controller-runtime's leader election is
-// turned off (Image.CRLeaderElection says why).
+// turned off (Image.CRLeaderElection says why). A binary that reads its
+// in-cluster config with client-go's BuildConfigFromFlags("", "") (which
+// ignores KUBECONFIG) is given the same kubeconfig through the flag that
+// replaces it, when the container leaves that flag unset
+// (Image.InClusterFlag).
 //
 // It also plays the Service network for them: each Service selecting a
 // process gets an EndpointSlice leading to it on loopback (endpoints), so
@@ -918,6 +922,11 @@ func commandLine(c corev1.Container, im Image, mounts []mount, root string, env 
 	if im.CRLeaderElection {
 		if v, idx := flagValue(args, "leader-elect"); idx >= 0 && v != "false" {
 			args[idx] = "--leader-elect=false"
+		}
+	}
+	if im.InClusterFlag != "" {
+		if _, idx := flagValue(args, im.InClusterFlag); idx < 0 {
+			args = append(args, "--"+im.InClusterFlag+"="+vars["KUBECONFIG"])
 		}
 	}
 	if im.CertDir != "" {
