@@ -41,7 +41,7 @@ LDFLAGS     := -X $(MODULE)/internal/versions.Version=$(VERSION) \
                -X $(MODULE)/internal/versions.Commit=$(COMMIT) \
                -X $(MODULE)/internal/versions.Date=$(DATE)
 BIN         ?= bin/labctl
-TEST_TIMEOUT ?= 20m
+TEST_TIMEOUT ?= 30m
 FUZZTIME    ?= 2m
 GORELEASER  ?= github.com/goreleaser/goreleaser/v2@v2.15.1
 
