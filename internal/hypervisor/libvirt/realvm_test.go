@@ -393,8 +393,20 @@ func TestRealVM(t *testing.T) {
 	}
 	wrong := target
 	wrong.HostKey = other.PublicKey()
-	if _, err := vmssh.ReadFile(bootCtx, wrong, "/var/lib/labctl-test/marker"); err == nil || !strings.Contains(err.Error(), "refusing") {
-		t.Errorf("a login expecting another host key = %v, want a refusal", err)
+	// sshd may be restarting meanwhile: cloud-init's config stage
+	// (cc_set_passwords, for ssh_pwauth: false) rewrites sshd_config and
+	// restarts it after the init stage's write_files made the marker that
+	// was just read. mgmt up retries ErrNotReady the same way (up.go).
+	var wrongErr error
+	for range 30 {
+		_, wrongErr = vmssh.ReadFile(bootCtx, wrong, "/var/lib/labctl-test/marker")
+		if !errors.Is(wrongErr, vmssh.ErrNotReady) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if wrongErr == nil || !strings.Contains(wrongErr.Error(), "refusing") {
+		t.Errorf("a login expecting another host key = %v, want a refusal", wrongErr)
 	}
 	// Nothing answers on the agent channel: the guest has no agent.
 	if _, err := h.d.ReadFile(bootCtx, vm, "/var/lib/labctl-test/marker"); err == nil {
