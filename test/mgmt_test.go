@@ -148,15 +148,16 @@ func TestMgmtInstall(t *testing.T) {
 	operator := standin.PlayOperator(t, env.Config, 100*time.Millisecond).Skip("proxmox")
 
 	t.Run("a provider that never gets ready times out", func(t *testing.T) {
-		// Long enough for the charts on a loaded machine; the provider then
-		// uses all of it.
-		res := run(t, append(base, "--timeout", "8s", "-vvv")...)
+		// Long enough for the charts on a loaded machine (8 s was not, for
+		// a make test starved by another's); the provider then uses all
+		// of it.
+		res := run(t, append(base, "--timeout", "20s", "-vvv")...)
 		if res.code != 1 {
 			t.Fatalf("exit %d, want 1\n%s", res.code, res.stderr)
 		}
 		for _, want := range []string{
 			"✗ InfrastructureProvider proxmox v0.9.0 (",
-			"Error: InfrastructureProvider proxmox v0.9.0: timed out after 8s waiting for InfrastructureProvider capmox-system/proxmox to be Ready with installedVersion v0.9.0 (last seen: no status conditions yet)",
+			"Error: InfrastructureProvider proxmox v0.9.0: timed out after 20s waiting for InfrastructureProvider capmox-system/proxmox to be Ready with installedVersion v0.9.0 (last seen: no status conditions yet)",
 			"run 'labctl mgmt install' again",
 		} {
 			if !strings.Contains(res.stderr, want) {
