@@ -27,10 +27,10 @@ import (
 	"testing"
 
 	lv "github.com/digitalocean/go-libvirt"
-	"github.com/kdomanski/iso9660"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/testing/sshtest"
 )
 
 var nameSeq atomic.Int64
@@ -389,19 +389,12 @@ func TestVMLifecycle(t *testing.T) {
 
 	// The seed ISO that went into the pool carries the VM's cloud-init.
 	iso := up.get("vm-one-seed.iso")
-	img, err := iso9660.OpenImage(bytes.NewReader(iso))
+	label, files, err := sshtest.SeedFiles(iso)
 	if err != nil {
-		t.Fatalf("seed is not an ISO: %v", err)
+		t.Fatalf("seed: %v", err)
 	}
-	if label, _ := img.Label(); label != "cidata" {
+	if label != "cidata" {
 		t.Errorf("seed label %q", label)
-	}
-	root, _ := img.RootDir()
-	kids, _ := root.GetChildren()
-	files := map[string]string{}
-	for _, k := range kids {
-		b, _ := io.ReadAll(k.Reader())
-		files[k.Name()] = string(b)
 	}
 	if files["user-data"] != string(spec.CloudInit.UserData) || files["network-config"] != "version: 2\n" || !strings.Contains(files["meta-data"], "local-hostname: vm-one") {
 		t.Errorf("seed files: %q", files)
@@ -598,19 +591,12 @@ func TestCreateVMWithUUIDAndDataDisks(t *testing.T) {
 	if _, capacity, _, err := d.l.StorageVolGetInfo(v); err != nil || capacity != 3<<30 {
 		t.Errorf("data disk 2 capacity %d (%v), want 3 GiB", capacity, err)
 	}
-	img, err := iso9660.OpenImage(bytes.NewReader(up.get("vm-uuid-seed.iso")))
+	_, seed, err := sshtest.SeedFiles(up.get("vm-uuid-seed.iso"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, _ := img.RootDir()
-	kids, _ := root.GetChildren()
-	for _, k := range kids {
-		if k.Name() == "meta-data" {
-			b, _ := io.ReadAll(k.Reader())
-			if !strings.Contains(string(b), "instance-id: "+spec.UUID) {
-				t.Errorf("meta-data %q lacks the instance-id", b)
-			}
-		}
+	if b := seed["meta-data"]; !strings.Contains(b, "instance-id: "+spec.UUID) {
+		t.Errorf("meta-data %q lacks the instance-id", b)
 	}
 	if err := d.DeleteVM(ctx, vm); err != nil {
 		t.Fatal(err)

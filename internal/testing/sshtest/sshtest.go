@@ -199,28 +199,44 @@ func HostKeyFromUserData(ud []byte) (ssh.Signer, error) {
 	return s, nil
 }
 
-// UserDataFromSeedISO reads user-data from a NoCloud seed ISO, as
-// cloud-init's NoCloud datasource does.
-func UserDataFromSeedISO(iso []byte) ([]byte, error) {
+// SeedFiles reads a NoCloud seed ISO as cloud-init's NoCloud datasource
+// does: its volume label and its files by name.
+func SeedFiles(iso []byte) (label string, files map[string]string, err error) {
 	img, err := iso9660.OpenImage(bytes.NewReader(iso))
 	if err != nil {
-		return nil, fmt.Errorf("seed ISO: %w", err)
+		return "", nil, fmt.Errorf("seed ISO: %w", err)
+	}
+	if label, err = img.Label(); err != nil {
+		return "", nil, fmt.Errorf("seed ISO label: %w", err)
 	}
 	root, err := img.RootDir()
 	if err != nil {
-		return nil, fmt.Errorf("seed ISO: %w", err)
+		return "", nil, fmt.Errorf("seed ISO: %w", err)
 	}
 	kids, err := root.GetChildren()
 	if err != nil {
-		return nil, fmt.Errorf("seed ISO: %w", err)
+		return "", nil, fmt.Errorf("seed ISO: %w", err)
 	}
+	files = map[string]string{}
 	for _, f := range kids {
-		if strings.EqualFold(f.Name(), "user-data") {
-			var buf bytes.Buffer
-			if _, err := buf.ReadFrom(f.Reader()); err != nil {
-				return nil, fmt.Errorf("seed ISO user-data: %w", err)
-			}
-			return buf.Bytes(), nil
+		var buf bytes.Buffer
+		if _, err := buf.ReadFrom(f.Reader()); err != nil {
+			return "", nil, fmt.Errorf("seed ISO %s: %w", f.Name(), err)
+		}
+		files[f.Name()] = buf.String()
+	}
+	return label, files, nil
+}
+
+// UserDataFromSeedISO reads user-data from a NoCloud seed ISO.
+func UserDataFromSeedISO(iso []byte) ([]byte, error) {
+	_, files, err := SeedFiles(iso)
+	if err != nil {
+		return nil, err
+	}
+	for name, data := range files {
+		if strings.EqualFold(name, "user-data") {
+			return []byte(data), nil
 		}
 	}
 	return nil, errors.New("seed ISO has no user-data")

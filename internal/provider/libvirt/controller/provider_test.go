@@ -30,7 +30,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdomanski/iso9660"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -49,6 +48,7 @@ import (
 	"github.com/labctl/labctl/internal/provider/libvirt/controller"
 	"github.com/labctl/labctl/internal/provider/libvirt/release"
 	"github.com/labctl/labctl/internal/testing/libvirttest"
+	"github.com/labctl/labctl/internal/testing/sshtest"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 )
 
@@ -90,24 +90,11 @@ func (s *seeds) files(t *testing.T, host, vol string) map[string]string {
 	s.mu.Lock()
 	iso := s.data[host+"/"+vol]
 	s.mu.Unlock()
-	img, err := iso9660.OpenImage(bytes.NewReader(iso))
+	_, files, err := sshtest.SeedFiles(iso)
 	if err != nil {
-		t.Fatalf("seed %s on %s is not an ISO: %v", vol, host, err)
+		t.Fatalf("seed %s on %s: %v", vol, host, err)
 	}
-	root, err := img.RootDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kids, err := root.GetChildren()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, k := range kids {
-		b, _ := io.ReadAll(k.Reader())
-		out[k.Name()] = string(b)
-	}
-	return out
+	return files
 }
 
 // cutter fails each step the first time a reconcile reaches it, as if
