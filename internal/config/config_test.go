@@ -205,6 +205,17 @@ func TestDefaults(t *testing.T) {
 	if v := lab.Clusters[0].KubernetesVersion; v != "v1.34.2" {
 		t.Errorf("clusters[0].kubernetesVersion = %s, want v1.34.2 from its image", v)
 	}
+
+	// A libvirt image goes to every libvirt host, as the volume a
+	// LibvirtMachineTemplate names.
+	lab, err = config.Parse("lab.yaml", readFile(t, "testdata/valid/images-on-libvirt-hosts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := lab.Images[0]
+	if !reflect.DeepEqual(img.Hosts, []string{"kvm1", "kvm2"}) || img.VolumeName() != "ubuntu-2404-kube-"+img.KubernetesVersion+".qcow2" {
+		t.Errorf("libvirt image hosts %v, volume %s", img.Hosts, img.VolumeName())
+	}
 }
 
 // TestEmbeddedExample checks that the built-in config is examples/local-kvm.yaml.

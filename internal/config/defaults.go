@@ -78,6 +78,19 @@ func SetDefaults(lab *Lab, pins versions.Pins) {
 		if img.Hypervisor == "" && len(lab.Hypervisors) == 1 {
 			img.Hypervisor = lab.Hypervisors[0].Name
 		}
+		if img.Hypervisor == "" && len(img.Hosts) > 0 {
+			img.Hypervisor = img.Hosts[0]
+		}
+		// A libvirt image goes to every libvirt host by default: a
+		// LibvirtMachine is placed on whichever host holds the image and
+		// has room.
+		if h, err := lab.Hypervisor(img.Hypervisor); err == nil && h.Libvirt != nil && h.Proxmox == nil && len(img.Hosts) == 0 {
+			for _, o := range lab.Hypervisors {
+				if o.Libvirt != nil && o.Proxmox == nil {
+					img.Hosts = append(img.Hosts, o.Name)
+				}
+			}
+		}
 		if img.Node == "" {
 			img.Node = soleNode(lab, img.Hypervisor)
 		}

@@ -202,7 +202,16 @@ type Image struct {
 	// ImageBuilder is a kubernetes-sigs/image-builder checkout at the
 	// pinned tag (its root or images/capi); --image-builder overrides it.
 	ImageBuilder string `yaml:"imageBuilder,omitempty" json:"imageBuilder,omitempty"`
+	// Hosts are the libvirt hypervisors whose storage pools receive the
+	// image's qcow2 (libvirt images only); empty means every libvirt
+	// hypervisor of the lab.
+	Hosts []string `yaml:"hosts,omitempty" json:"hosts,omitempty"`
 }
+
+// VolumeName is the storage volume 'image build' uploads a libvirt
+// image as, and that a LibvirtMachineTemplate's image.volume names:
+// "<name>-<kubernetesVersion>.qcow2".
+func (img Image) VolumeName() string { return img.Name + "-" + img.KubernetesVersion + ".qcow2" }
 
 // TemplateTags are the Proxmox tags 'image build' puts on the template it
 // makes, and that clusters find it by (CAPMOX templateSelector, exact match).
