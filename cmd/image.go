@@ -10,13 +10,16 @@ func newImageCmd(f *cmdutil.Factory) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "image",
 		Short: "Build and list node VM templates",
-		Long: `Node images are VM templates built by kubernetes-sigs/image-builder with
-Packer, at the Kubernetes version pinned in labctl. Templates are tagged
-"labctl", "labctl-image-<name>" and "kubernetes-<version>", so 'cluster
-create' finds them by tag without any state file.
+		Long: `Node images are built by kubernetes-sigs/image-builder with Packer, at the
+Kubernetes version pinned in labctl.
 
-Images are built on Proxmox hypervisors only. Images for libvirt hosts come
-in a later release.`,
+On Proxmox VE they are VM templates tagged "labctl", "labctl-image-<name>"
+and "kubernetes-<version>", so 'cluster create' finds them by tag without
+any state file. On libvirt hosts they are the storage volume
+<name>-<version>.qcow2 in each host's pool, with a marker volume
+<name>-<version>.qcow2.sha256-<hex> once its upload was checked.
+
+'image list' shows the Proxmox templates.`,
 		Example: "  labctl image build --image-builder ~/src/image-builder\n  labctl image list",
 	}
 	c.AddCommand(newImageBuildCmd(f), newImageListCmd(f))

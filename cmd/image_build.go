@@ -8,33 +8,43 @@ import (
 )
 
 func newImageBuildCmd(f *cmdutil.Factory) *cobra.Command {
-	var dryRun bool
+	var dryRun, verify bool
 	var builderDir string
 	c := &cobra.Command{
 		Use:   "build [NAME]",
 		Short: "Build the images in lab.yaml (all of them without NAME)",
-		Long: `Build each image in lab.yaml (or only NAME) with image-builder's Proxmox
-target (build-proxmox-<os>, e.g. build-proxmox-ubuntu-2404), then tag the
-template on Proxmox.
+		Long: `Build each image in lab.yaml (or only NAME) with kubernetes-sigs/image-builder.
 
-labctl writes a Packer variable file (Kubernetes version, node, storage
-pools, bridge, VLAN, vmid) and hands it to image-builder through
+On a Proxmox VE hypervisor: image-builder's Proxmox target
+(build-proxmox-<os>, e.g. build-proxmox-ubuntu-2404), then labctl tags the
+template. labctl writes a Packer variable file (Kubernetes version, node,
+storage pools, bridge, VLAN, vmid) and hands it to image-builder through
 PACKER_VAR_FILES. The Proxmox URL, token ID and token secret reach the build
 only through the child's environment (PROXMOX_URL, PROXMOX_USERNAME,
 PROXMOX_TOKEN, ...); the secret is scrubbed from everything shown or logged.
+An image whose template already carries its tags is up to date.
+
+On libvirt hosts: image-builder's QEMU target (build-qemu-<os>) builds a
+qcow2 on this machine, in image-builder's output/<name>-<version> folder;
+labctl then uploads it into the storage pool of each host in
+images[].hosts (every libvirt hypervisor by default) as the volume
+<name>-<version>.qcow2, reads it back and checks its sha256, and only then
+marks it verified. A host whose volume carries that mark and has the
+qcow2's size is skipped (--verify reads it back and hashes it too). A
+volume an upload left half done is replaced; one holding another verified
+build is never replaced, as VMs may be backed by it.
+
 The full log goes to $XDG_CONFIG_HOME/labctl/<lab>/images/<name>-<time>.log
-(mode 0600).
-
-image-builder is a checkout of kubernetes-sigs/image-builder at the pinned
-tag ('labctl version' lists it), given by --image-builder or
+(mode 0600). image-builder is a checkout of kubernetes-sigs/image-builder at
+the pinned tag ('labctl version' lists it), given by --image-builder or
 images[].imageBuilder. It needs make, python3, ansible-playbook and the
-packer version it pins ('make deps-proxmox' in images/capi installs them).
+packer version it pins ('make deps-proxmox' or 'make deps-qemu' in
+images/capi installs them), and qemu-system-x86_64 and qemu-img for QEMU
+builds.
 
-An image whose template already carries its tags is up to date. --dry-run
-prints the variable file, the names of the environment variables (never
-their values) and the exact command, and builds nothing.
-
-Images for libvirt hosts come in a later release.`,
+--dry-run prints the variable file, the names of the environment variables
+(never their values) and the exact command, checks what exists, and builds
+and uploads nothing.`,
 		Example: `  labctl image build --image-builder ~/src/image-builder
   labctl image build ubuntu-2404-kube --dry-run`,
 		Args:              cobra.MaximumNArgs(1),
@@ -45,7 +55,7 @@ Images for libvirt hosts come in a later release.`,
 				return err
 			}
 			o := imagebuild.BuildOptions{IO: f.IO, Lab: lab, Source: src, Driver: f.Driver,
-				ImageBuilder: builderDir, DryRun: dryRun, Verbose: f.Settings.Verbose}
+				ImageBuilder: builderDir, DryRun: dryRun, Verify: verify, Verbose: f.Settings.Verbose}
 			if len(args) == 1 {
 				o.Name = args[0]
 			}
@@ -55,5 +65,6 @@ Images for libvirt hosts come in a later release.`,
 	addDryRunFlag(c, &dryRun)
 	c.Flags().StringVar(&builderDir, "image-builder", "", "kubernetes-sigs/image-builder checkout at the pinned tag (overrides images[].imageBuilder)")
 	_ = c.MarkFlagDirname("image-builder")
+	c.Flags().BoolVar(&verify, "verify", false, "libvirt hosts: read back every volume that looks complete and check its sha256 (as long as an upload)")
 	return c
 }

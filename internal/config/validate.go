@@ -291,11 +291,14 @@ func (v *validator) libvirt(p *field.Path, lv *Libvirt) {
 	switch {
 	case lv.URI == "":
 		v.add(p.Child("uri"), "is required, e.g. qemu:///system or qemu+ssh://user@host/system")
-	case err != nil || (u.Scheme != "qemu" && u.Scheme != "qemu+ssh" && u.Scheme != "qemu+tls" && u.Scheme != "test"):
+	// test: and storage: are the test beds' daemons (libvirt's test
+	// driver; its storage driver alone, libvirttest.StartStorage), not
+	// told to users.
+	case err != nil || (u.Scheme != "qemu" && u.Scheme != "qemu+ssh" && u.Scheme != "qemu+tls" && !testScheme(u.Scheme)):
 		v.add(p.Child("uri"), "%q must be a qemu:///system, qemu+ssh://user@host/system or qemu+tls://host/system URI", redact.URL(lv.URI))
-	case u.Scheme != "qemu" && u.Scheme != "test" && u.Host == "":
+	case u.Scheme != "qemu" && !testScheme(u.Scheme) && u.Host == "":
 		v.add(p.Child("uri"), "%q names no host; write %s://user@host/system", redact.URL(lv.URI), u.Scheme)
-	case u.Scheme != "test" && u.Path != "/system" && u.Path != "/session":
+	case !testScheme(u.Scheme) && u.Path != "/system" && u.Path != "/session":
 		v.add(p.Child("uri"), "%q must end in /system or /session", redact.URL(lv.URI))
 	}
 	if lv.Network != "" && lv.Bridge != "" {
@@ -325,6 +328,8 @@ func (v *validator) libvirt(p *field.Path, lv *Libvirt) {
 		}
 	}
 }
+
+func testScheme(s string) bool { return s == "test" || s == "storage" }
 
 func oneOf(s string, list []string) bool {
 	for _, x := range list {

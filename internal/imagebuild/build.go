@@ -50,6 +50,11 @@ type BuildOptions struct {
 	ImageBuilder string
 	DryRun       bool
 	Verbose      int
+	// Verify reads back the volumes of libvirt hosts that look complete
+	// and hashes them, re-uploading one whose bytes differ; without it a
+	// host holds the image when the verified-upload marker is there and
+	// the volume is as long as the qcow2.
+	Verify bool
 	// Driver opens the lab's hypervisor called name.
 	Driver func(ctx context.Context, name string) (hypervisor.Driver, error)
 	// Environ is the base child environment (default os.Environ()).
@@ -89,6 +94,16 @@ func Build(ctx context.Context, o BuildOptions) error {
 	return nil
 }
 
+// builderDir is the image-builder checkout for img (--image-builder,
+// else images[].imageBuilder), resolved to its images/capi.
+func (o BuildOptions) builderDir(img config.Image, pins versions.Pins, builder string) (string, error) {
+	dir := o.ImageBuilder
+	if dir == "" {
+		dir = img.ImageBuilder
+	}
+	return FindBuilder(dir, pins.ImageBuilder, builder)
+}
+
 // dryRunReach explains an error reaching hypervisor h in a dry run: it
 // asks h for the template and the storage's disk format, so there is no
 // plan without h, and so without its token.
@@ -116,11 +131,7 @@ func prepare(o BuildOptions, lab *config.Lab, img config.Image, pins versions.Pi
 	if err != nil {
 		return nil, err
 	}
-	dirArg := o.ImageBuilder
-	if dirArg == "" {
-		dirArg = img.ImageBuilder
-	}
-	dir, err := FindBuilder(dirArg, pins.ImageBuilder)
+	dir, err := o.builderDir(img, pins, "proxmox")
 	if err != nil {
 		return nil, err
 	}
@@ -138,35 +149,35 @@ func prepare(o BuildOptions, lab *config.Lab, img config.Image, pins versions.Pi
 		varFile: filepath.Join(folder, img.Name+".vars.json"),
 		logPath: filepath.Join(folder, img.Name+"-"+stamp+".log"),
 	}
-	// Drop inherited Proxmox and Packer settings so only ours reach the
-	// child; PACKER_FLAGS is cleared because image-builder's re-export
-	// lost flags there in the owner's lab.
-	for _, kv := range o.Environ {
+	p.childEnv = childEnviron(o.Environ, dir, p.env, p.varFile)
+	return p, nil
+}
+
+// childEnviron is make's environment: environ without inherited Proxmox
+// and Packer settings, so only ours reach the child (PACKER_FLAGS is
+// cleared because image-builder's re-export lost flags there in the
+// owner's lab), image-builder's .local/bin first on PATH, then env and
+// PACKER_VAR_FILES.
+func childEnviron(environ []string, dir string, env map[string]string, varFile string) []string {
+	var out []string
+	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "PROXMOX_") || k == "PACKER_VAR_FILES" || k == "PACKER_FLAGS" {
 			continue
 		}
 		if k == "PATH" {
-			// image-builder's 'make deps-proxmox' installs packer here.
+			// image-builder's 'make deps-<builder>' installs packer here.
 			kv = "PATH=" + filepath.Join(dir, ".local", "bin") + string(os.PathListSeparator) + kv[len("PATH="):]
 		}
-		p.childEnv = append(p.childEnv, kv)
+		out = append(out, kv)
 	}
-	for _, k := range Names(p.env) {
-		p.childEnv = append(p.childEnv, k+"="+p.env[k])
+	for _, k := range Names(env) {
+		out = append(out, k+"="+env[k])
 	}
-	p.childEnv = append(p.childEnv, "PACKER_VAR_FILES="+p.varFile)
-	return p, nil
+	return append(out, "PACKER_VAR_FILES="+varFile)
 }
 
-func (p *plan) path() string {
-	for i := len(p.childEnv) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(p.childEnv[i], "PATH="); ok {
-			return v
-		}
-	}
-	return ""
-}
+func (p *plan) path() string { return lookupPath(p.childEnv) }
 
 // show prints the dry run's var file, env names and command on stdout.
 func (p *plan) show(w io.Writer) error {
@@ -181,6 +192,9 @@ func (p *plan) show(w io.Writer) error {
 }
 
 func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.Image, pins versions.Pins) error {
+	if h, err := lab.Hypervisor(img.Hypervisor); err == nil && h.Proxmox == nil {
+		return buildQEMU(ctx, o, lab, img, pins)
+	}
 	p, err := prepare(o, lab, img, pins)
 	if err != nil {
 		return err
@@ -195,7 +209,7 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 	defer func() { _ = drivers.Close(drv) }()
 	tm, ok := drv.(Templater)
 	if !ok {
-		return fmt.Errorf("hypervisor %s cannot hold image-builder templates; images for libvirt hosts come in a later release", img.Hypervisor)
+		return fmt.Errorf("hypervisor %s cannot hold image-builder templates", img.Hypervisor)
 	}
 	node := p.vars["node"]
 	format, err := diskFormat(ctx, tm, node, p.vars["storage_pool"])

@@ -72,14 +72,20 @@ func newBed(t *testing.T, edit ...func(doc map[string]any)) *bed {
 	img := doc["images"].([]any)[0].(map[string]any)
 	img["imageBuilder"] = b.builder
 	delete(doc, "clusters")
+	b.cfg = writeLab(t, filepath.Join(tmp, "lab.yaml"), doc, edit...)
+	return b
+}
+
+// writeLab applies edit to a parsed lab.yaml and writes it to path.
+func writeLab(t *testing.T, path string, doc map[string]any, edit ...func(doc map[string]any)) string {
+	t.Helper()
 	for _, e := range edit {
 		e(doc)
 	}
 	out, err := yaml.Marshal(doc)
 	must(t, err)
-	b.cfg = filepath.Join(tmp, "lab.yaml")
-	must(t, os.WriteFile(b.cfg, out, 0o644))
-	return b
+	must(t, os.WriteFile(path, out, 0o644))
+	return path
 }
 
 func must(t *testing.T, err error) {

@@ -39,7 +39,7 @@ func List(ctx context.Context, o ListOptions) error {
 	rows := []Template{}
 	for _, h := range lab.Hypervisors {
 		if h.Proxmox == nil {
-			continue // libvirt images come in a later release
+			continue // libvirt images are pool volumes, not templates
 		}
 		ts, err := listOne(ctx, o, h.Name)
 		if err != nil {

@@ -93,13 +93,7 @@ func (e *BuildError) Unwrap() error { return e.Err }
 // its own argv, which image-builder's Makefile never passes; its human UI
 // is what a real build prints. Both are read.
 func run(ctx context.Context, dir, target string, env []string, sc *Scrubber, log io.Writer, logPath string, progress func(string)) (string, error) {
-	path := ""
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-		}
-	}
-	mk, ok := lookPath(path, "make")
+	mk, ok := lookPath(lookupPath(env), "make")
 	if !ok {
 		return "", errors.New("make not found on PATH")
 	}
@@ -138,6 +132,8 @@ func run(ctx context.Context, dir, target string, env []string, sc *Scrubber, lo
 				} else if t := strings.TrimSpace(line); t != "" {
 					if id, ok := HumanArtifact(t); ok {
 						artifact = id
+					} else if dir, ok := QEMUArtifactDir(t); ok {
+						artifact = dir
 					} else if strings.HasPrefix(t, "--> ") || strings.Contains(t, "' errored after ") {
 						// The human UI's error lines: "Build 'NAME' errored
 						// after …" and, in the summary, "--> NAME: error".

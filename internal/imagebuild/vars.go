@@ -1,5 +1,7 @@
-// Package imagebuild builds node VM templates with kubernetes-sigs/image-builder
-// and Packer, tags them on Proxmox, and lists them.
+// Package imagebuild builds node images with kubernetes-sigs/image-builder
+// and Packer: VM templates on Proxmox, which it tags and lists, and qcow2
+// images for libvirt hosts, which it uploads into each host's pool
+// (qemu.go).
 package imagebuild
 
 import (
@@ -19,6 +21,10 @@ var semverRe = regexp.MustCompile(`^v(\d+)\.(\d+)\.(\d+)$`)
 
 // Target is image-builder's make target for an image's OS on Proxmox.
 func Target(img config.Image) string { return "build-proxmox-" + img.OS }
+
+// QEMUTarget is image-builder's make target for an image's OS as a qcow2,
+// the image of libvirt hosts.
+func QEMUTarget(img config.Image) string { return "build-qemu-" + img.OS }
 
 // Vars is the Packer variable file for img: image-builder's variable names
 // (packer/proxmox/packer.json.tmpl) and never a credential.
@@ -62,9 +68,8 @@ func target(lab *config.Lab, img config.Image) (*config.Hypervisor, config.PVENo
 	if err != nil {
 		return nil, config.PVENode{}, fmt.Errorf("image %s: %w", img.Name, err)
 	}
-	// Validation refuses this already; the rule is config's.
-	if why := config.ImagesOn(h); why != "" {
-		return nil, config.PVENode{}, fmt.Errorf("image %s: %s", img.Name, why)
+	if h.Proxmox == nil {
+		return nil, config.PVENode{}, fmt.Errorf("image %s: %s is a libvirt host, not a Proxmox VE hypervisor", img.Name, h.Name)
 	}
 	for _, n := range h.Proxmox.Nodes {
 		if img.Node == "" || n.Name == img.Node {
@@ -102,9 +107,10 @@ func Names(m map[string]string) []string {
 	return out
 }
 
-// FindBuilder resolves an image-builder checkout to its images/capi folder.
-// dir may be the repository root or images/capi itself.
-func FindBuilder(dir, pin string) (string, error) {
+// FindBuilder resolves an image-builder checkout to its images/capi folder,
+// which must hold the templates of builder (proxmox, qemu). dir may be the
+// repository root or images/capi itself.
+func FindBuilder(dir, pin, builder string) (string, error) {
 	get := fmt.Sprintf("get it with: git clone --branch %s --depth 1 https://github.com/kubernetes-sigs/image-builder, then pass --image-builder DIR or set images[].imageBuilder", pin)
 	if dir == "" {
 		return "", fmt.Errorf("no image-builder checkout given; %s", get)
@@ -115,13 +121,13 @@ func FindBuilder(dir, pin string) (string, error) {
 		}
 	}
 	for _, d := range []string{filepath.Join(dir, "images", "capi"), dir} {
-		if st, err := os.Stat(filepath.Join(d, "packer", "proxmox")); err == nil && st.IsDir() {
+		if st, err := os.Stat(filepath.Join(d, "packer", builder)); err == nil && st.IsDir() {
 			if _, err := os.Stat(filepath.Join(d, "Makefile")); err == nil {
 				return filepath.Abs(d)
 			}
 		}
 	}
-	return "", fmt.Errorf("image-builder not found at %s (no images/capi/Makefile with packer/proxmox); %s", dir, get)
+	return "", fmt.Errorf("image-builder not found at %s (no images/capi/Makefile with packer/%s); %s", dir, builder, get)
 }
 
 // redactURL drops any userinfo from a URL shown to the user.

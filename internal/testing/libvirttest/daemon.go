@@ -7,6 +7,12 @@
 // libvirtd. What it serves is the test driver built into libvirt
 // (test:///default), over its unix socket and, with the test's own CA,
 // over TLS on 127.0.0.1. The libvirt driver's tests and doctor's use one.
+//
+// StartStorage starts one that also loads libvirt's real storage driver
+// and its directory backend (and nothing else), reached as
+// storage:///system: real pools on disk and real volume streams
+// (virStorageVolUpload/Download), which the test driver lacks. Its
+// /etc/libvirt is a tmpfs too, so it never sees the machine's pools.
 package libvirttest
 
 import (
@@ -33,10 +39,15 @@ type Daemon struct {
 	TLSPort string
 	// Client side of the test PKI, for qemu+tls:// URIs.
 	CAFile, CertFile, KeyFile string
-	cmd                       *exec.Cmd
-	log                       string
-	releasePort               func()
-	stopOnce                  sync.Once
+	// SmallPool is a folder on a tmpfs of the size StorageOptions asked,
+	// inside the daemon's mount namespace only: a pool there runs out of
+	// room.
+	SmallPool   string
+	storage     bool
+	cmd         *exec.Cmd
+	log         string
+	releasePort func()
+	stopOnce    sync.Once
 }
 
 var (
@@ -49,7 +60,7 @@ var (
 // error says why it cannot run here (the caller skips or fails). Call
 // StopShared from TestMain after m.Run.
 func Shared() (*Daemon, error) {
-	sharedOnce.Do(func() { shared, sharedErr = start() })
+	sharedOnce.Do(func() { shared, sharedErr = start(StorageOptions{}) })
 	return shared, sharedErr
 }
 
@@ -76,7 +87,7 @@ func Start(t testing.TB) *Daemon {
 // when the test ends, or earlier by Stop (a host that goes away).
 func StartPrivate(t testing.TB) *Daemon {
 	t.Helper()
-	d, err := start()
+	d, err := start(StorageOptions{})
 	if err != nil {
 		skipOrFail(t, err)
 	}
@@ -104,10 +115,37 @@ func NewPKI(dir string) (*Daemon, error) {
 	return d, d.makePKI()
 }
 
-// URI is the daemon's test driver over its unix socket.
-func (d *Daemon) URI() string { return "test:///default?socket=" + d.Sock }
+// StorageOptions shape a StartStorage daemon.
+type StorageOptions struct {
+	// SmallPoolMiB, when set, mounts a tmpfs of that size at SmallPool.
+	SmallPoolMiB int
+	storage      bool
+}
 
-func start() (*Daemon, error) {
+// StartStorage starts a private daemon with libvirt's storage driver
+// (directory pools): a host whose pools and volume streams are real. It
+// stops when the test ends, or earlier by Stop.
+func StartStorage(t testing.TB, o StorageOptions) *Daemon {
+	t.Helper()
+	o.storage = true
+	d, err := start(o)
+	if err != nil {
+		skipOrFail(t, err)
+	}
+	t.Cleanup(d.Stop)
+	return d
+}
+
+// URI is the daemon's test driver over its unix socket, or for a
+// StartStorage daemon its storage driver.
+func (d *Daemon) URI() string {
+	if d.storage {
+		return "storage:///system?socket=" + d.Sock
+	}
+	return "test:///default?socket=" + d.Sock
+}
+
+func start(o StorageOptions) (*Daemon, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("it needs root (a private mount namespace)")
 	}
@@ -125,7 +163,7 @@ func start() (*Daemon, error) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
 	}
-	d := &Daemon{Dir: dir, Sock: filepath.Join(dir, "sock", "libvirt-sock"), log: filepath.Join(dir, "libvirtd.log")}
+	d := &Daemon{Dir: dir, Sock: filepath.Join(dir, "sock", "libvirt-sock"), log: filepath.Join(dir, "libvirtd.log"), storage: o.storage}
 	for _, sub := range []string{"drivers", "sock"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, err
@@ -159,7 +197,27 @@ log_outputs = "3:file:%s"
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	script := "mount -t tmpfs tmpfs /run && exec libvirtd --listen -f " + confPath + " -p " + filepath.Join(dir, "libvirtd.pid")
+	script := "mount -t tmpfs tmpfs /run && "
+	if o.storage {
+		mod := "libvirt_driver_storage.so"
+		src, err := driverModule(mod)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.Symlink(src, filepath.Join(dir, "drivers", mod)); err != nil {
+			return nil, err
+		}
+		// The machine's pool definitions stay out of sight.
+		script += "mount -t tmpfs tmpfs /etc/libvirt && "
+		if o.SmallPoolMiB > 0 {
+			d.SmallPool = filepath.Join(dir, "small")
+			if err := os.MkdirAll(d.SmallPool, 0o755); err != nil {
+				return nil, err
+			}
+			script += fmt.Sprintf("mount -t tmpfs -o size=%dm tmpfs %s && ", o.SmallPoolMiB, d.SmallPool)
+		}
+	}
+	script += "exec libvirtd --listen -f " + confPath + " -p " + filepath.Join(dir, "libvirtd.pid")
 	d.cmd = exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
 	d.cmd.Env = append(os.Environ(), "LIBVIRT_DRIVER_DIR="+filepath.Join(dir, "drivers"))
 	var out bytes.Buffer
@@ -194,6 +252,17 @@ log_outputs = "3:file:%s"
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// driverModule finds a libvirt connection driver module of the
+// machine's libvirt (Debian's multiarch folder, or /usr/lib64).
+func driverModule(name string) (string, error) {
+	matches, _ := filepath.Glob("/usr/lib*/*/libvirt/connection-driver/" + name)
+	more, _ := filepath.Glob("/usr/lib*/libvirt/connection-driver/" + name)
+	if m := append(matches, more...); len(m) > 0 {
+		return m[0], nil
+	}
+	return "", fmt.Errorf("libvirt's storage driver (%s) is missing: apt-get install libvirt-daemon-driver-storage (or libvirt-daemon-system)", name)
 }
 
 func (d *Daemon) stop() {

@@ -210,7 +210,29 @@ func build(args []string, machine bool) int {
 		u.top("error", err.Error())
 		return 1
 	}
+	// A legacy JSON builder without "name" is named after its type
+	// (image-builder's qemu template has none: "qemu").
 	name := builder["name"]
+	if name == "" {
+		name = builder["type"]
+	}
+	var run func(context.Context, *ui, string, map[string]string) (artifact, error)
+	switch builder["type"] {
+	case "proxmox-iso":
+		run = proxmoxISO
+	case "qemu":
+		run = qemu
+		if err := qemuPrepare(builder); err != nil {
+			// packer/core.go GetBuilds: a failed Prepare is the
+			// diagnostic "Failed to prepare build: NAME", its detail
+			// the builder's multierror, and packer exits 1.
+			u.top("error", fmt.Sprintf("Error: Failed to prepare build: %q\n\n1 error occurred:\n\t* %s\n\n", name, err))
+			return 1
+		}
+	default:
+		u.top("error", fmt.Sprintf("stand-in packer: builder type %q is not implemented", builder["type"]))
+		return 1
+	}
 	if u.color && !machine {
 		u.build("say", name, name+": output will be in this color.", false)
 		u.top("say", "")
@@ -218,7 +240,7 @@ func build(args []string, machine bool) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	id, err := proxmoxISO(ctx, u, name, builder)
+	art, err := run(ctx, u, name, builder)
 	took := time.Since(start).Round(time.Second)
 	if ctx.Err() != nil {
 		u.build("error", name, fmt.Sprintf("Build '%s' errored after %s: build was cancelled", name, took), false)
@@ -236,22 +258,46 @@ func build(args []string, machine bool) int {
 		u.top("say", "\n==> Builds finished but no artifacts were created.")
 		return 1
 	}
-	u.build("say", name, "Running post-processor: custom-post-processor (type shell-local)", true)
+	// Every post-processor sequence of the template is one shell-local,
+	// which returns its input and keeps it (packer/build.go CoreBuild.Run):
+	// the builder's artifact, then once per sequence.
+	pps := atoiOr(builder["post-processors"], 0)
+	for _, pp := range strings.Split(builder["post-processor-names"], ",") {
+		if pp != "" {
+			u.build("say", name, "Running post-processor: "+pp+" (type shell-local)", true)
+		}
+	}
 	u.build("say", name, fmt.Sprintf("Build '%s' finished after %s.", name, took), false)
 	u.top("say", fmt.Sprintf("\n==> Wait completed after %s", took))
 	u.top("say", "\n==> Builds finished. The artifacts of successful builds are:")
-	u.Machine(name, "artifact-count", "2")
-	for i := range 2 {
+	u.Machine(name, "artifact-count", strconv.Itoa(pps+1))
+	for i := range pps + 1 {
 		is := strconv.Itoa(i)
-		s := fmt.Sprintf("A template was created: %d", id)
-		u.Machine(name, "artifact", is, "builder-id", "proxmox.iso")
-		u.Machine(name, "artifact", is, "id", strconv.Itoa(id))
-		u.Machine(name, "artifact", is, "string", s)
-		u.Machine(name, "artifact", is, "files-count", "0")
+		u.Machine(name, "artifact", is, "builder-id", art.builderID)
+		u.Machine(name, "artifact", is, "id", art.id)
+		u.Machine(name, "artifact", is, "string", art.text)
+		u.Machine(name, "artifact", is, "files-count", strconv.Itoa(len(art.files)))
+		for j, f := range art.files {
+			u.Machine(name, "artifact", is, "file", strconv.Itoa(j), f)
+		}
 		u.Machine(name, "artifact", is, "end")
-		u.top("say", fmt.Sprintf("--> %s: %s", name, s))
+		u.top("say", fmt.Sprintf("--> %s: %s", name, art.text))
 	}
 	return 0
+}
+
+// artifact is what a builder hands packer: packersdk.Artifact's
+// BuilderId, Id, String and Files.
+type artifact struct {
+	builderID, id, text string
+	files               []string
+}
+
+func atoiOr(s string, def int) int {
+	if n, err := strconv.Atoi(s); err == nil {
+		return n
+	}
+	return def
 }
 
 // load reads a legacy JSON template's variables and its one builder, sets
@@ -260,8 +306,9 @@ func build(args []string, machine bool) int {
 // resolved (disks[0] and network_adapters[0] as disk.* and net.*).
 func load(template string, files []string) (map[string]string, error) {
 	var tpl struct {
-		Builders  []map[string]any `json:"builders"`
-		Variables map[string]any   `json:"variables"`
+		Builders       []map[string]any `json:"builders"`
+		PostProcessors []map[string]any `json:"post-processors"`
+		Variables      map[string]any   `json:"variables"`
 	}
 	data, err := os.ReadFile(template)
 	if err != nil {
@@ -306,6 +353,13 @@ func load(template string, files []string) (map[string]string, error) {
 			builder[k] = strconv.FormatBool(x)
 		}
 	}
+	var pps []string
+	for _, pp := range tpl.PostProcessors {
+		n, _ := pp["name"].(string)
+		pps = append(pps, n)
+	}
+	builder["post-processors"] = strconv.Itoa(len(pps))
+	builder["post-processor-names"] = strings.Join(pps, ",")
 	if disks, ok := tpl.Builders[0]["disks"].([]any); ok && len(disks) > 0 {
 		if d, ok := disks[0].(map[string]any); ok {
 			for k, v := range d {
@@ -409,7 +463,15 @@ func (p *pve) task(ctx context.Context, node, upid string) error {
 // boots), stopped and converted to a template named template_name. A
 // cancelled build deletes the VM (the builder's cleanup). STANDIN_MODE=hang
 // waits for a signal before the VM is provisioned.
-func proxmoxISO(ctx context.Context, u *ui, name string, b map[string]string) (int, error) {
+func proxmoxISO(ctx context.Context, u *ui, name string, b map[string]string) (artifact, error) {
+	id, err := proxmoxTemplate(ctx, u, name, b)
+	if err != nil {
+		return artifact{}, err
+	}
+	return artifact{builderID: "proxmox.iso", id: strconv.Itoa(id), text: fmt.Sprintf("A template was created: %d", id)}, nil
+}
+
+func proxmoxTemplate(ctx context.Context, u *ui, name string, b map[string]string) (int, error) {
 	say := func(format string, args ...any) { u.build("say", name, fmt.Sprintf(format, args...), true) }
 	// The template passes no credentials: the plugin falls back to
 	// PROXMOX_URL, PROXMOX_USERNAME and PROXMOX_TOKEN
