@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -434,5 +435,39 @@ func TestQEMUImageDryRunAndFailedBuild(t *testing.T) {
 		if files := b.poolFiles(t, host); len(files) != 0 {
 			t.Errorf("a failed build put %v on %s", files, host)
 		}
+	}
+}
+
+// TestQEMULeftoverOutputIsRebuilt: packer-plugin-qemu refuses an existing
+// output_directory (the stand-in as the plugin does), so the folder a
+// killed build left without its recorded sha256 is removed, and the
+// build runs.
+func TestQEMULeftoverOutputIsRebuilt(t *testing.T) {
+	b := newKVMBed(t, nil)
+	outDir := filepath.Dir(b.qcow2())
+	must(t, os.MkdirAll(outDir, 0o755))
+	must(t, os.WriteFile(b.qcow2(), []byte("QFI\xfbhalf a disk"), 0o644))
+
+	// Packer itself, on that folder.
+	tpl := filepath.Join(b.Builder, "images", "capi", "packer", "qemu", "packer.json.tmpl")
+	vars := filepath.Join(t.TempDir(), "vars.json")
+	must(t, os.WriteFile(vars, []byte(`{"output_directory":"`+outDir+`","vm_name":"`+kvmVolume+`"}`), 0o600))
+	cmd := exec.Command(filepath.Join(b.Bin, "packer"), "build", "-color=false", "-var-file="+vars, tpl)
+	cmd.Env = []string{"PATH=" + b.Path()}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "Failed to prepare build: \"qemu\"") ||
+		!strings.Contains(string(out), "Output directory '"+outDir+"' already exists. It must not exist.") {
+		t.Fatalf("packer on an existing output_directory: %v\n%s", err, out)
+	}
+
+	b.build(t, b.opts(t, "ok", false))
+	if !strings.Contains(b.err.String(), "remove "+outDir+", the unfinished output of an earlier build, and run make build-qemu-ubuntu-2404") {
+		t.Errorf("the run does not say it removes the leftover:\n%s", b.err.String())
+	}
+	img, err := os.ReadFile(b.qcow2())
+	must(t, err)
+	if len(img) < 4<<20 || !bytes.Equal(b.volume(t, "kvm1"), img) {
+		t.Errorf("the leftover was not rebuilt and uploaded (%d bytes)", len(img))
 	}
 }

@@ -8,7 +8,9 @@
 // What labctl makes on a host:
 //   - a volume per cloud image in the storage pool, uploaded by stream and
 //     checked against its sha256, with an empty marker volume
-//     "<image>.sha256-<hex>" written only after the check passed;
+//     "<image>.sha256-<hex>" written only after the check passed; the same
+//     for each node image 'image build' made here (PutVolume, volume.go),
+//     whose volume is read back and hashed before its marker is written;
 //   - per VM: a qcow2 overlay "<vm>-disk0.qcow2" backed by the image, a
 //     NoCloud seed "<vm>-seed.iso", and a domain carrying labctl's
 //     metadata element (namespace MetadataNS) that lists them;
