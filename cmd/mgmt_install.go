@@ -29,6 +29,8 @@ cluster --kubeconfig names), in order, waiting for each piece:
                               its credentials Secret, when the lab has a Proxmox
                               hypervisor), in-cluster IPAM, and libvirt and
                               kamaji where management.stack enables them
+                              (libvirt is labctl's own provider: its components
+                              come from this binary, at labctl's version)
   4. cluster-autoscaler RBAC  the namespace and RBAC every per-cluster
                               autoscaler uses on the management cluster
 

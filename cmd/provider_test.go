@@ -12,7 +12,7 @@ import (
 // The provider's Deployment runs labctl with its own args: they must be
 // flags 'labctl provider libvirt' knows.
 func TestProviderDeploymentArgsParse(t *testing.T) {
-	b, err := release.Components("labctl:test")
+	b, err := release.Components("labctl:test", []string{"linux/amd64"})
 	if err != nil {
 		t.Fatal(err)
 	}

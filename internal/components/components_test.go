@@ -16,6 +16,7 @@ import (
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/provider/libvirt/release"
 	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/versions"
 )
@@ -60,6 +61,20 @@ func providerCR(t *testing.T, c components.Component) *unstructured.Unstructured
 	}
 	t.Fatalf("%s has no Provider CR", c.Name)
 	return nil
+}
+
+// offlineConfigMap is a provider component's ConfigMap and the selector
+// its Provider CR finds it by.
+func offlineConfigMap(t *testing.T, c components.Component) (*unstructured.Unstructured, map[string]string) {
+	t.Helper()
+	sel, _, _ := unstructured.NestedStringMap(providerCR(t, c).Object, "spec", "fetchConfig", "selector", "matchLabels")
+	for _, o := range c.Objects {
+		if o.GetKind() == "ConfigMap" && o.GetLabels()["provider.cluster.x-k8s.io/name"] == c.Provider.Name {
+			return o, sel
+		}
+	}
+	t.Fatalf("%s has no ConfigMap of its release", c.Name)
+	return nil, nil
 }
 
 func TestOwnerLabStackInOrder(t *testing.T) {
@@ -116,11 +131,11 @@ func TestOptionalProvidersAndGates(t *testing.T) {
 	t.Setenv("PVE_TOKEN_SECRET", secret)
 	lab := load(t, "../../examples/lab.yaml")
 	lab.Management.Stack.ClusterClass = true
-	lab.Management.Stack.Libvirt = config.OptionalProvider{Enabled: true, FetchURL: "https://github.com/example/cluster-api-provider-libvirt/releases"}
+	lab.Management.Stack.Libvirt = config.LibvirtProvider{Enabled: true}
 	lab.Management.Stack.Kamaji = config.OptionalProvider{Enabled: true}
 	cs := build(t, lab, components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	got := names(cs)
-	for _, want := range []string{"InfrastructureProvider libvirt v0.1.0", "ControlPlaneProvider kamaji v0.20.0"} {
+	for _, want := range []string{"InfrastructureProvider libvirt " + release.DevVersion, "ControlPlaneProvider kamaji v0.20.0"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("stack lacks %s: %s", want, got)
 		}
@@ -133,11 +148,6 @@ func TestOptionalProvidersAndGates(t *testing.T) {
 		cr := providerCR(t, c)
 		if g, found, _ := unstructured.NestedBool(cr.Object, "spec", "manager", "featureGates", "ClusterTopology"); found {
 			gates[c.Name] = g
-		}
-		if c.Provider.Name == "libvirt" {
-			if u, _, _ := unstructured.NestedString(cr.Object, "spec", "fetchConfig", "url"); u != lab.Management.Stack.Libvirt.FetchURL {
-				t.Errorf("libvirt fetchConfig.url = %q", u)
-			}
 		}
 	}
 	if len(gates) != 2 || !gates["CoreProvider cluster-api"] || !gates["ControlPlaneProvider kubeadm"] {
@@ -216,17 +226,7 @@ func TestOfflineConfigMaps(t *testing.T) {
 	}
 
 	for _, c := range cs[2:7] {
-		cr := providerCR(t, c)
-		sel, _, _ := unstructured.NestedStringMap(cr.Object, "spec", "fetchConfig", "selector", "matchLabels")
-		var cm *unstructured.Unstructured
-		for _, o := range c.Objects {
-			if o.GetKind() == "ConfigMap" {
-				cm = o
-			}
-		}
-		if cm == nil {
-			t.Fatalf("%s has no ConfigMap", c.Name)
-		}
+		cm, sel := offlineConfigMap(t, c)
 		if cm.GetNamespace() != c.Provider.Namespace {
 			t.Errorf("%s ConfigMap in %s, want the provider's namespace %s", c.Name, cm.GetNamespace(), c.Provider.Namespace)
 		}

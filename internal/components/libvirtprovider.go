@@ -6,32 +6,37 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/labctl/labctl/internal/provider/libvirt/release"
+	"github.com/labctl/labctl/internal/versions"
 )
 
-// LibvirtProviderConfigMap is the offline ConfigMap of labctl's own
-// libvirt provider at version, its components made from the binary
-// itself (package release) with the manager's image: what the
-// InfrastructureProvider libvirt's spec.fetchConfig.selector finds. mgmt
-// install does not use it yet (issue 16, item 3).
-func LibvirtProviderConfigMap(version, image string) (*unstructured.Unstructured, error) {
-	d := libvirtDef(version, "")
-	comps, err := release.Components(image)
-	if err != nil {
-		return nil, err
+// libvirtDef is the operator's InfrastructureProvider libvirt: labctl's
+// own provider at version (release.Version of labctl's), whose components
+// come from the binary, never from a folder or a URL.
+func libvirtDef(pin versions.Image, version string) providerDef {
+	d := providerDef{kind: "InfrastructureProvider", ctype: "infrastructure", name: "libvirt", namespace: release.Namespace, version: version}
+	d.release = func() ([]byte, []byte, error) {
+		comps, err := release.Components(release.Image(pin, version), pin.Platforms)
+		if err != nil {
+			return nil, nil, err
+		}
+		meta, err := release.Metadata(version)
+		if err != nil {
+			return nil, nil, err
+		}
+		return comps, meta, nil
 	}
-	meta, err := release.Metadata(version)
+	return d
+}
+
+// embedded packs the release the binary carries into the offline ConfigMap.
+func (d providerDef) embedded() (*unstructured.Unstructured, error) {
+	comps, meta, err := d.release()
 	if err != nil {
 		return nil, err
 	}
 	cm, err := d.packConfigMap(comps, meta)
 	if err != nil {
-		return nil, fmt.Errorf("the libvirt provider's offline ConfigMap: %w", err)
+		return nil, fmt.Errorf("the %s %s provider's ConfigMap: %w", d.ctype, d.name, err)
 	}
 	return cm, nil
-}
-
-// libvirtDef is the operator's InfrastructureProvider libvirt.
-func libvirtDef(version, fetchURL string) providerDef {
-	return providerDef{kind: "InfrastructureProvider", ctype: "infrastructure", name: "libvirt", namespace: release.Namespace,
-		version: version, fetchURL: fetchURL}
 }

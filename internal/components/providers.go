@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/provider/libvirt/release"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -32,6 +33,10 @@ type providerDef struct {
 	secret    *providerSecret
 	// capmoxTLS is how CAPMOX verifies the Proxmox API; set for CAPMOX only.
 	capmoxTLS *capmoxTLS
+	// release, when set, makes the provider's components and metadata
+	// (labctl's own providers, carried by the binary): they always go to
+	// the operator as the offline ConfigMap, online or not.
+	release func() (components, metadata []byte, err error)
 }
 
 type providerSecret struct {
@@ -102,7 +107,7 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 	}
 	defs = append(defs, providerDef{kind: "IPAMProvider", ctype: "ipam", name: "in-cluster", namespace: "capi-ipam-in-cluster-system", version: pins.IPAMInCluster})
 	if st.Libvirt.Enabled {
-		defs = append(defs, libvirtDef(pins.LibvirtProvider, st.Libvirt.FetchURL))
+		defs = append(defs, libvirtDef(pins.LibvirtProvider, release.Version(versions.Version)))
 	}
 	if st.Kamaji.Enabled {
 		defs = append(defs, providerDef{kind: "ControlPlaneProvider", ctype: "control-plane", name: "kamaji", namespace: "kamaji-system",
@@ -181,14 +186,25 @@ func (d providerDef) component(offline string) (Component, error) {
 		t.apply(spec)
 	}
 	switch {
-	case offline != "":
-		cm, err := d.configMap(offline)
+	case d.release != nil || offline != "":
+		var cm *unstructured.Unstructured
+		var err error
+		if d.release != nil {
+			cm, err = d.embedded()
+		} else {
+			cm, err = d.configMap(offline)
+		}
 		if err != nil {
 			return Component{}, err
 		}
 		c.Objects = append(c.Objects, cm)
+		// The version too: cluster-api-operator v0.28.0 refuses a
+		// selector that matches more than one ConfigMap
+		// (processProviderConfigMaps in
+		// internal/controller/genericprovider_controller.go), and the
+		// previous version's ConfigMap stays after an upgrade.
 		spec["fetchConfig"] = map[string]any{"selector": map[string]any{"matchLabels": map[string]any{
-			labelProviderName: d.name, labelProviderType: d.ctype,
+			labelProviderName: d.name, labelProviderType: d.ctype, labelProviderVersion: d.version,
 		}}}
 	case d.fetchURL != "":
 		spec["fetchConfig"] = map[string]any{"url": d.fetchURL}

@@ -149,8 +149,10 @@ type Stack struct {
 	// ChartRepos replaces the pinned chart repositories, e.g. with a mirror;
 	// the chart versions stay pinned.
 	ChartRepos ChartRepos `yaml:"chartRepos,omitempty" json:"chartRepos,omitempty"`
-	// Libvirt adds the libvirt infrastructure provider (phase 2).
-	Libvirt OptionalProvider `yaml:"libvirt,omitempty" json:"libvirt,omitempty"`
+	// Libvirt adds labctl's own infrastructure provider for libvirt hosts
+	// (phase 2). It comes from the labctl binary itself, so there is no
+	// URL to name.
+	Libvirt LibvirtProvider `yaml:"libvirt,omitempty" json:"libvirt,omitempty"`
 	// Kamaji adds the Kamaji control plane provider (phase 3).
 	Kamaji OptionalProvider `yaml:"kamaji,omitempty" json:"kamaji,omitempty"`
 }
@@ -163,8 +165,13 @@ type ChartRepos struct {
 	Cilium string `yaml:"cilium,omitempty" json:"cilium,omitempty"`
 }
 
-// OptionalProvider switches on a Cluster API provider that not every lab
-// needs.
+// LibvirtProvider switches on labctl's own libvirt provider.
+type LibvirtProvider struct {
+	Enabled bool `yaml:"enabled,omitempty" json:"enabled,omitempty"`
+}
+
+// OptionalProvider switches on an upstream Cluster API provider that not
+// every lab needs.
 type OptionalProvider struct {
 	Enabled bool `yaml:"enabled,omitempty" json:"enabled,omitempty"`
 	// FetchURL is where cluster-api-operator fetches the provider's

@@ -41,7 +41,6 @@ func urlFields(lab *Lab) []urlField {
 		urlField{sp.Child("chartRepos", "certManager"), &st.ChartRepos.CertManager, anonymous},
 		urlField{sp.Child("chartRepos", "clusterAPIOperator"), &st.ChartRepos.ClusterAPIOperator, anonymous},
 		urlField{sp.Child("chartRepos", "cilium"), &st.ChartRepos.Cilium, anonymous},
-		urlField{sp.Child("libvirt", "fetchURL"), &st.Libvirt.FetchURL, anonymous + ", e.g. https://github.com/OWNER/REPO/releases"},
 		urlField{sp.Child("kamaji", "fetchURL"), &st.Kamaji.FetchURL, anonymous + ", e.g. https://github.com/OWNER/REPO/releases"},
 	)
 	return out

@@ -452,13 +452,10 @@ func (v *validator) stack(p *field.Path, s Stack) {
 			v.add(p.Child("chartRepos", r.name), "%q must be the http(s) URL of a Helm chart repository (the folder holding index.yaml)", redact.URL(r.url))
 		}
 	}
-	if s.Libvirt.Enabled && s.Libvirt.FetchURL == "" && s.OfflineDir == "" {
-		v.add(p.Child("libvirt", "fetchURL"), "is required when libvirt is enabled: cluster-api-operator knows no libvirt provider, so name its releases, e.g. https://github.com/OWNER/cluster-api-provider-libvirt/releases (or set offlineDir)")
-	}
 	for _, o := range []struct {
 		name string
 		p    OptionalProvider
-	}{{"libvirt", s.Libvirt}, {"kamaji", s.Kamaji}} {
+	}{{"kamaji", s.Kamaji}} {
 		fp := p.Child(o.name, "fetchURL")
 		if o.p.FetchURL == "" {
 			continue

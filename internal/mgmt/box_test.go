@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -17,11 +18,15 @@ import (
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/mgmt"
+	"github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
+	"github.com/labctl/labctl/internal/provider/libvirt/release"
 	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
+	"github.com/labctl/labctl/internal/testing/testbed/runner"
 	"github.com/labctl/labctl/internal/testing/testbed/standin"
+	"github.com/labctl/labctl/internal/versions"
 )
 
 // 'labctl mgmt install' on the management cluster in a box, with nothing
@@ -64,8 +69,16 @@ func realBox(t testing.TB) (*box.Box, *pvetest.Server, *config.Lab, string) {
 	return b, pve, lab, standin.UpstreamOffline(t)
 }
 
+// With management.stack.libvirt.enabled, labctl's own libvirt provider
+// goes in the same way: the real operator installs it from the ConfigMap
+// of the components the binary carries, and the runner runs its
+// Deployment's image (labctl's) as labctl built from this checkout,
+// 'labctl provider libvirt' with the Deployment's args.
 func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
 	b, pve, lab, dir := realBox(t)
+	lab.Management.Stack.Libvirt.Enabled = true
+	labctl := testbed.Labctl(t)
+	b.Runner.Run(runner.Labctl(labctl, versions.MustGet()))
 
 	first := bedFor(b.Env)
 	began := time.Now()
@@ -76,11 +89,12 @@ func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
 	if err != nil {
 		t.Fatalf("install: %v\n%s", err, o.stderr.String())
 	}
-	checkSteps(t, o.stderr.String(), "")
+	checkStepsOf(t, withLibvirt, o.stderr.String(), "")
 	t.Logf("mgmt install until every provider is Ready: %s, %d writes", took.Round(time.Millisecond), first.writes.Load())
 	for _, p := range []string{"capi-operator-system/capi-operator-cluster-api-operator", "capi-system/capi-controller-manager",
 		"capi-kubeadm-bootstrap-system/capi-kubeadm-bootstrap-controller-manager", "capi-kubeadm-control-plane-system/capi-kubeadm-control-plane-controller-manager",
-		"capmox-system/capmox-controller-manager", "capi-ipam-in-cluster-system/capi-ipam-in-cluster-controller-manager"} {
+		"capmox-system/capmox-controller-manager", "capi-ipam-in-cluster-system/capi-ipam-in-cluster-controller-manager",
+		release.Namespace + "/" + libvirtDeployment} {
 		ns, name, _ := strings.Cut(p, "/")
 		if pr := b.Runner.Proc(ns, name); pr == nil || !pr.Running() {
 			t.Errorf("no real manager runs for Deployment %s (runner: %v)", p, b.Runner.Procs())
@@ -102,6 +116,7 @@ func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
 	// ... over TLS it verified: the operator made CAPMOX's Deployment
 	// with verification on and the lab's CA mounted where the flag says.
 	checkCAPMOXVerifies(t, b)
+	checkLibvirtProviderRuns(t, b, labctl)
 
 	t.Run("status", func(t *testing.T) {
 		var so out
@@ -113,13 +128,23 @@ func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
 		if err := json.Unmarshal(so.stdout.Bytes(), &got); err != nil {
 			t.Fatal(err)
 		}
-		if !r.Ready || len(got.Components) != len(wantSteps) {
+		if !r.Ready || len(got.Components) != len(withLibvirt) {
 			t.Fatalf("status = %+v", got)
 		}
 		for i, c := range got.Components {
-			if !c.Ready || c.Installed != c.Wanted || !strings.HasPrefix(wantSteps[i], c.Name+" ") {
+			if !c.Ready || c.Installed != c.Wanted || !strings.HasPrefix(withLibvirt[i], c.Name+" ") {
 				t.Errorf("component %d = %+v", i, c)
 			}
+		}
+		// The table a user reads: the libvirt provider's row, wanted and
+		// installed at labctl's version, ready.
+		var table out
+		if _, err := mgmt.Status(ctx(t), mgmt.StatusOptions{IO: table.io(), Lab: lab, Mgmt: static(bedFor(b.Env).client)}); err != nil {
+			t.Fatalf("status: %v\n%s", err, table.stdout.String())
+		}
+		row := regexp.MustCompile(`(?m)^InfrastructureProvider libvirt +` + regexp.QuoteMeta(release.DevVersion) + ` +` + regexp.QuoteMeta(release.DevVersion) + ` +yes *$`)
+		if !row.MatchString(table.stdout.String()) {
+			t.Errorf("mgmt status has no ready row for the libvirt provider at %s:\n%s", release.DevVersion, table.stdout.String())
 		}
 	})
 
@@ -134,8 +159,65 @@ func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
 		if n := again.writes.Load(); n != 0 {
 			t.Errorf("the re-run made %d write requests; want 0:\n%s", n, o.stderr.String())
 		}
-		checkSteps(t, o.stderr.String(), "up to date")
+		checkStepsOf(t, withLibvirt, o.stderr.String(), "up to date")
 	})
+}
+
+// libvirtDeployment is the libvirt provider's Deployment
+// (embedded/provider/libvirt/manager.yaml).
+const libvirtDeployment = "capl-controller-manager"
+
+// checkLibvirtProviderRuns: the real operator made the libvirt provider's
+// CRDs (served: each kind lists) and its Deployment with labctl's image at
+// labctl's version (versions.yaml's repository), which the runner runs as
+// the labctl binary built from the checkout with the Deployment's args;
+// the provider, leader-elected on its Lease, runs its reconcilers.
+func checkLibvirtProviderRuns(t *testing.T, b *box.Box, labctl string) {
+	t.Helper()
+	kc := bedFor(b.Env).client
+	for _, kind := range []string{"LibvirtCluster", "LibvirtMachine", "LibvirtMachineTemplate"} {
+		gvk := v1alpha1.GroupVersion.WithKind(kind)
+		if served, err := kc.Serves(gvk); err != nil || !served {
+			t.Errorf("%s is not served (%v)", gvk, err)
+			continue
+		}
+		if _, err := kc.List(ctx(t), gvk, "", ""); err != nil {
+			t.Errorf("listing %s: %v", kind, err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(b.Env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := cs.AppsV1().Deployments(release.Namespace).Get(ctx(t), libvirtDeployment, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the operator made no libvirt provider Deployment: %v", err)
+	}
+	want := release.Image(versions.MustGet().LibvirtProvider, release.DevVersion)
+	if img := d.Spec.Template.Spec.Containers[0].Image; img != want {
+		t.Errorf("the libvirt provider runs image %s, want %s", img, want)
+	}
+	p := b.Runner.Proc(release.Namespace, libvirtDeployment)
+	if p == nil || !p.Running() {
+		t.Fatalf("the runner runs no process for the libvirt provider's Deployment")
+	}
+	if p.Image.Binary != labctl || len(p.Args) < 2 || p.Args[0] != "provider" || p.Args[1] != "libvirt" {
+		t.Errorf("the libvirt provider's process is %s %v, want %s provider libvirt ...", p.Image.Binary, p.Args, labctl)
+	}
+	// Leader election is the provider's own (client-go, a Lease in the
+	// namespace its Deployment names): a holder means it got past its
+	// cache and started reconciling.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l, err := cs.CoordinationV1().Leases(release.Namespace).Get(ctx(t), "libvirt-provider.infrastructure.labctl.dev", metav1.GetOptions{})
+		if err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the libvirt provider holds no Lease in %s (%v); its log:\n%s", release.Namespace, err, runner.Tail(p.Log, 30))
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // checkCAPMOXVerifies reads the CAPMOX Deployment the real operator made

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,9 +21,11 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/mgmt"
+	"github.com/labctl/labctl/internal/provider/libvirt/release"
 	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versions"
 )
 
 // tokenSecret is the Proxmox token secret the tests export. It may only
@@ -226,9 +229,20 @@ var wantSteps = []string{
 	"InfrastructureProvider proxmox v0.9.0", "IPAMProvider in-cluster v1.0.3", "cluster-autoscaler RBAC v1.35.0",
 }
 
+// withLibvirt is wantSteps with labctl's own libvirt provider
+// (management.stack.libvirt.enabled), after the upstream providers, at
+// the version of a labctl built without a release version.
+var withLibvirt = append(slices.Clone(wantSteps[:7]), "InfrastructureProvider libvirt "+release.DevVersion, wantSteps[7])
+
 // checkSteps asserts each component's line, in install order, ended as
 // want ("" for done, or "up to date").
 func checkSteps(t *testing.T, stderr, want string) {
+	t.Helper()
+	checkStepsOf(t, wantSteps, stderr, want)
+}
+
+// checkStepsOf is checkSteps for the components wantSteps names.
+func checkStepsOf(t *testing.T, wantSteps []string, stderr, want string) {
 	t.Helper()
 	got := steps(stderr)
 	if len(got) != len(wantSteps) {
@@ -474,6 +488,64 @@ func TestDryRunPrintsEveryObjectAndWritesNothing(t *testing.T) {
 			t.Errorf("err = %v", err)
 		}
 	})
+}
+
+// With the libvirt provider enabled, the dry run's plan and printed
+// objects hold it after the upstream providers: its namespace, the
+// ConfigMap of the components the binary carries (its Deployment on
+// labctl's image at labctl's version) and the InfrastructureProvider
+// pointing at it.
+func TestDryRunShowsTheLibvirtProvider(t *testing.T) {
+	repo := standin.ServeRepo(t)
+	b := newBed(t, "capi", "operator", "helm-controller")
+	lab := ownerLab(t, repo.URL)
+	lab.Management.Stack.Libvirt.Enabled = true
+	o, err := install(t, b, lab, func(o *mgmt.InstallOptions) { o.DryRun = true; o.Output = "yaml" })
+	if err != nil {
+		t.Fatalf("dry run: %v\n%s", err, o.stderr.String())
+	}
+	if n := b.writes.Load(); n != 0 {
+		t.Errorf("the dry run made %d write requests", n)
+	}
+	v := release.DevVersion
+	cmName := "infrastructure-libvirt-" + v
+	for _, line := range []string{
+		"! InfrastructureProvider libvirt " + v + " (would change)",
+		"would: create Namespace " + release.Namespace,
+		"would: create ConfigMap " + release.Namespace + "/" + cmName,
+		"would: create InfrastructureProvider " + release.Namespace + "/libvirt",
+	} {
+		if !strings.Contains(o.stderr.String(), line) {
+			t.Errorf("the plan lacks %q:\n%s", line, o.stderr.String())
+		}
+	}
+	objs, err := kube.ParseObjects("stdout", o.stdout.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []string
+	var cm, cr *unstructured.Unstructured
+	for _, obj := range objs {
+		refs = append(refs, kube.RefOf(obj).String())
+		switch kube.RefOf(obj).String() {
+		case "ConfigMap " + release.Namespace + "/" + cmName:
+			cm = obj
+		case "InfrastructureProvider " + release.Namespace + "/libvirt":
+			cr = obj
+		}
+	}
+	want := "IPAMProvider capi-ipam-in-cluster-system/in-cluster\nNamespace " + release.Namespace + "\nConfigMap " + release.Namespace + "/" + cmName +
+		"\nInfrastructureProvider " + release.Namespace + "/libvirt\nNamespace cluster-autoscaler"
+	if !strings.Contains(strings.Join(refs, "\n"), want) {
+		t.Fatalf("dry run printed:\n%s\nwant, in order:\n%s", strings.Join(refs, "\n"), want)
+	}
+	if str(cr, "spec", "version") != v {
+		t.Errorf("InfrastructureProvider libvirt spec.version %q, want %q", str(cr, "spec", "version"), v)
+	}
+	image := "image: " + release.Image(versions.MustGet().LibvirtProvider, v) + "\n"
+	if !strings.Contains(str(cm, "data", "components"), image) {
+		t.Errorf("the printed ConfigMap's components lack %q", image)
+	}
 }
 
 func TestEmitK3sManifests(t *testing.T) {

@@ -34,7 +34,7 @@ type Pins struct {
 	Cilium             string      `yaml:"cilium" json:"cilium"`
 	KubeVip            string      `yaml:"kubeVip" json:"kubeVip"`
 	HelmController     string      `yaml:"helmController" json:"helmController"`
-	LibvirtProvider    string      `yaml:"libvirtProvider" json:"libvirtProvider"`
+	LibvirtProvider    Image       `yaml:"libvirtProvider" json:"libvirtProvider"`
 	ImageBuilder       string      `yaml:"imageBuilder" json:"imageBuilder"`
 	Packer             string      `yaml:"packer" json:"packer"`
 	Charts             Charts      `yaml:"charts" json:"charts"`
@@ -62,6 +62,16 @@ func (p Pins) CertManagerChartVersion() string { return p.CertManager }
 // repository lists it without the "v" of the release tag.
 func (p Pins) ClusterAPIOperatorChartVersion() string {
 	return strings.TrimPrefix(p.ClusterAPIOperator, "v")
+}
+
+// Image is an image labctl builds itself (its tag is labctl's version):
+// where it is published, what it is built on, and for which platforms.
+type Image struct {
+	// Repository is the image's name without a tag.
+	Repository string `yaml:"repository" json:"repository"`
+	BaseImage  string `yaml:"baseImage" json:"baseImage"`
+	// Platforms are os/arch pairs, as docker buildx names them.
+	Platforms []string `yaml:"platforms" json:"platforms"`
 }
 
 // UbuntuImage is the pinned cloud image for the management VM.
@@ -132,7 +142,9 @@ func (p Pins) List() []Pin {
 		{"cilium", p.Cilium},
 		{"kubeVip", p.KubeVip},
 		{"helmController", p.HelmController},
-		{"libvirtProvider", p.LibvirtProvider},
+		{"libvirtProvider.repository", p.LibvirtProvider.Repository},
+		{"libvirtProvider.baseImage", p.LibvirtProvider.BaseImage},
+		{"libvirtProvider.platforms", strings.Join(p.LibvirtProvider.Platforms, ",")},
 		{"imageBuilder", p.ImageBuilder},
 		{"packer", p.Packer},
 		{"charts.certManager.repo", p.Charts.CertManager.Repo},

@@ -202,7 +202,7 @@ func tail(s string, n int) string {
 // ServiceAccount, so the provider runs with only the RBAC it ships.
 func installComponents(t *testing.T, c client.Client, kubeconfig string) string {
 	t.Helper()
-	raw, err := release.Components("labctl:test")
+	raw, err := release.Components("labctl:test", []string{"linux/amd64"})
 	if err != nil {
 		t.Fatal(err)
 	}

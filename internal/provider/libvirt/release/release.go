@@ -12,10 +12,14 @@ import (
 	"io/fs"
 	"regexp"
 	"slices"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/labctl/labctl/embedded"
+	"github.com/labctl/labctl/internal/versions"
 )
 
 // Namespace is where the provider's manager runs.
@@ -24,10 +28,39 @@ const Namespace = "capi-libvirt-system"
 // providerLabel is what clusterctl labels every object of a provider with.
 const providerLabel = "cluster.x-k8s.io/provider"
 
-// Components is infrastructure-components.yaml with the manager's image.
-func Components(image string) ([]byte, error) {
+// DevVersion is the provider's version from a labctl build that carries
+// no release version (go build, go test: "dev"; make build without a tag:
+// a commit hash): the operator needs a semantic version, and no release
+// has this one.
+const DevVersion = "v0.0.0-dev"
+
+// Version is the provider's version for labctl's version lv: the same,
+// since the provider is the labctl binary. It is the InfrastructureProvider's
+// spec.version, the offline ConfigMap's version label and the image's tag,
+// so it must be a semantic version with a "v" that is also a label value
+// and an image tag; anything else (a development build) is DevVersion.
+func Version(lv string) string {
+	if _, err := version.ParseSemantic(lv); err != nil || !strings.HasPrefix(lv, "v") || len(validation.IsValidLabelValue(lv)) > 0 {
+		return DevVersion
+	}
+	return lv
+}
+
+// Image is the manager's image at a version: the repository
+// embedded/versions.yaml pins, tagged with the version.
+func Image(pin versions.Image, version string) string {
+	return pin.Repository + ":" + version
+}
+
+// Components is infrastructure-components.yaml with the manager's image,
+// scheduled only on nodes of the platforms (os/arch) the image is built for.
+func Components(image string, platforms []string) ([]byte, error) {
 	if image == "" {
 		return nil, fmt.Errorf("libvirt provider components: no image for the manager")
+	}
+	affinity, err := platformAffinity(platforms)
+	if err != nil {
+		return nil, err
 	}
 	docs := []string{"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + Namespace + "\n"}
 	crds, err := fs.Glob(embedded.FS, "provider/libvirt/crds/*.yaml")
@@ -59,7 +92,7 @@ func Components(image string) ([]byte, error) {
 		labels[providerLabel] = "infrastructure-libvirt"
 		meta["labels"] = labels
 		if obj["kind"] == "Deployment" {
-			if err := setImage(obj, image); err != nil {
+			if err := setImage(obj, image, affinity); err != nil {
 				return nil, err
 			}
 		}
@@ -73,7 +106,7 @@ func Components(image string) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-func setImage(dep map[string]any, image string) error {
+func setImage(dep map[string]any, image string, affinity map[string]any) error {
 	spec, _ := dep["spec"].(map[string]any)
 	tmpl, _ := spec["template"].(map[string]any)
 	pod, _ := tmpl["spec"].(map[string]any)
@@ -83,7 +116,34 @@ func setImage(dep map[string]any, image string) error {
 	}
 	c, _ := containers[0].(map[string]any)
 	c["image"] = image
+	pod["affinity"] = affinity
 	return nil
+}
+
+// platformAffinity keeps the manager's pod on nodes whose os and arch
+// (the kubelet's kubernetes.io/os and kubernetes.io/arch labels) the
+// image is built for: elsewhere it could only fail to start.
+func platformAffinity(platforms []string) (map[string]any, error) {
+	var oses, arches []any
+	for _, p := range platforms {
+		os, arch, ok := strings.Cut(p, "/")
+		if !ok || os == "" || arch == "" || strings.Contains(arch, "/") {
+			return nil, fmt.Errorf("libvirt provider components: platform %q is not os/arch (embedded/versions.yaml libvirtProvider.platforms)", p)
+		}
+		if !slices.Contains(oses, any(os)) {
+			oses = append(oses, os)
+		}
+		arches = append(arches, arch)
+	}
+	if len(platforms) == 0 {
+		return nil, fmt.Errorf("libvirt provider components: no platforms (embedded/versions.yaml libvirtProvider.platforms)")
+	}
+	return map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{
+			map[string]any{"key": "kubernetes.io/os", "operator": "In", "values": oses},
+			map[string]any{"key": "kubernetes.io/arch", "operator": "In", "values": arches},
+		}}},
+	}}}, nil
 }
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)

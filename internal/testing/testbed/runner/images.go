@@ -3,6 +3,7 @@ package runner
 import (
 	"strings"
 
+	"github.com/labctl/labctl/internal/provider/libvirt/release"
 	"github.com/labctl/labctl/internal/testing/testbed/upstream"
 	"github.com/labctl/labctl/internal/versions"
 )
@@ -14,7 +15,7 @@ type Image struct {
 	// Name is the image's last path element, without registry or tag, as
 	// the project's release names it (their Makefiles' IMAGE_NAME).
 	Name string
-	// Binary is the file in .testbed/bin.
+	// Binary is the file in .testbed/bin, or an absolute path.
 	Binary string
 	// Module is the Go module the binary is built from; the image tag must
 	// be labctl's pin of it or the version the test bed runs instead.
@@ -87,10 +88,28 @@ var Images = []Image{
 		Addrs: map[string]string{"address": ":8085"}, InClusterFlag: "cloud-config"},
 }
 
+// Labctl is labctl's own image (the libvirt provider's Deployment runs
+// it: 'labctl provider libvirt'), run from bin, labctl built from the
+// checkout: the repository embedded/versions.yaml pins, at the tag mgmt
+// install names (release.Version of this labctl's version). Its health
+// flag is internal/provider/libvirt/controller's (cmd/provider.go); its
+// leader election is client-go's on a Lease in the namespace its
+// Deployment names, which works here as it is.
+func Labctl(bin string, pins versions.Pins) Image {
+	repo := pins.LibvirtProvider.Repository
+	return Image{Name: repo[strings.LastIndex(repo, "/")+1:], Binary: bin, Module: "github.com/labctl/labctl",
+		Pin:   func(versions.Pins) string { return release.Version(versions.Version) },
+		Addrs: map[string]string{"health-addr": ":9440"}}
+}
+
 // Match finds the image a container runs: by name, at a version the test
 // bed has a binary for. ok is false for any other image (a sidecar such as
 // kube-rbac-proxy, or another version).
 func Match(image string, pins versions.Pins) (Image, bool) {
+	return match(image, pins, Images)
+}
+
+func match(image string, pins versions.Pins, images []Image) (Image, bool) {
 	ref := image
 	if i := strings.Index(ref, "@"); i >= 0 {
 		ref = ref[:i]
@@ -100,7 +119,7 @@ func Match(image string, pins versions.Pins) (Image, bool) {
 		ref, tag = ref[:i], ref[i+1:]
 	}
 	name := ref[strings.LastIndex(ref, "/")+1:]
-	for _, im := range Images {
+	for _, im := range images {
 		if im.Name != name {
 			continue
 		}

@@ -52,6 +52,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,6 +100,8 @@ type Runner struct {
 	// portLocks are the machine-wide locks held on ports an image
 	// hard-codes (Image.FixedPorts), by port; released by Stop.
 	portLocks map[int]func()
+	// images are the images run from binaries: Images, and those Run adds.
+	images []Image
 }
 
 // PodHandler stands in for the container of a Pod (a Job's, such as a
@@ -173,6 +176,7 @@ func Start(t testing.TB, cfg *rest.Config, kubeconfig, bins string) *Runner {
 		t: t, cs: cs, cfg: cfg, kubeconfig: kubeconfig, bins: bins, dir: t.TempDir(), pins: pins,
 		kick: make(chan struct{}, 1), stop: cancel, done: make(chan struct{}),
 		procs: map[string]*Proc{}, handlers: map[string]Handler{}, podHandlers: map[string]PodHandler{},
+		images: Images,
 	}
 
 	factory := informers.NewSharedInformerFactory(cs, 0)
@@ -203,6 +207,15 @@ func (r *Runner) Handle(name string, h Handler) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.handlers[name] = h
+	r.Kick()
+}
+
+// Run makes the runner run Deployments of im too (Labctl: labctl's own
+// image, from a binary built from the checkout).
+func (r *Runner) Run(im Image) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.images = append(slices.Clip(r.images), im)
 	r.Kick()
 }
 
@@ -439,8 +452,11 @@ func (r *Runner) handler(d *appsv1.Deployment) (Handler, bool) {
 // container picks the Deployment's container running a known image. Other
 // containers (sidecars such as kube-rbac-proxy) are not run.
 func (r *Runner) container(d *appsv1.Deployment) (corev1.Container, Image, bool) {
+	r.mu.Lock()
+	images := r.images
+	r.mu.Unlock()
 	for _, c := range d.Spec.Template.Spec.Containers {
-		if im, ok := Match(c.Image, r.pins); ok {
+		if im, ok := match(c.Image, r.pins, images); ok {
 			return c, im, true
 		}
 	}
@@ -553,9 +569,12 @@ func specHash(d *appsv1.Deployment) string {
 
 // prepare makes the process's folder, files, ports and command line.
 func (r *Runner) prepare(ctx context.Context, d *appsv1.Deployment, c corev1.Container, im Image, spec string) (*Proc, error) {
-	bin := filepath.Join(r.bins, im.Binary)
+	bin := im.Binary
+	if !filepath.IsAbs(bin) {
+		bin = filepath.Join(r.bins, im.Binary)
+	}
 	if fi, err := os.Stat(bin); err != nil || fi.IsDir() {
-		return nil, fmt.Errorf("%s is missing in %s: build it with 'hack/testenv.sh controllers'", im.Binary, r.bins)
+		return nil, fmt.Errorf("%s is missing: build it with 'hack/testenv.sh controllers'", bin)
 	}
 	root := filepath.Join(r.dir, d.Namespace+"_"+d.Name)
 	if err := os.RemoveAll(root); err != nil {

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -37,11 +38,14 @@ import (
 	"github.com/labctl/labctl/internal/versions"
 )
 
-// goHome is where go looks for its module cache, build cache and env
-// file, as the test process found them when it started: tests that point
-// HOME or XDG_* at a temporary folder must not send go mod download to a
-// new, empty module cache there (whose read-only files the temporary
-// folder's cleanup then cannot remove, unless it runs as root).
+// GoEnv is where go looks for its module cache, build cache and env
+// file, as the test process found them when it started, as NAME=value
+// pairs to append to a go command's environment: tests that point HOME or
+// XDG_* at a temporary folder must not send go mod download or go build
+// to a new, empty module and build cache there (whose read-only files the
+// temporary folder's cleanup then cannot remove, unless it runs as root).
+func GoEnv() []string { return slices.Clone(goHome) }
+
 var goHome = func() []string {
 	var env []string
 	for _, k := range []string{"HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "GOPATH", "GOMODCACHE", "GOCACHE"} {
