@@ -40,7 +40,8 @@ func TestRenderedObjectsPassTheRealAPI(t *testing.T) {
 	defer cancel()
 
 	labs := map[string]string{
-		"examples/lab.yaml": "../../examples/lab.yaml",
+		"examples/lab.yaml":       "../../examples/lab.yaml",
+		"examples/lab-mixed.yaml": "../../examples/lab-mixed.yaml",
 	}
 	valid, _ := filepath.Glob("../config/testdata/valid/*.yaml")
 	for _, p := range valid {
