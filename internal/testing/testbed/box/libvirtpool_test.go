@@ -148,6 +148,14 @@ func kvmPoolFromZero(ctx context.Context, t testing.TB, e *bootEnv, opts cluster
 	t.Helper()
 	lab := opts.Lab
 	c := &lab.Clusters[0]
+	sch, err := controller.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lcl, err := client.New(e.box.Env.Config, client.Options{Scheme: sch}) // knows the provider's kinds
+	if err != nil {
+		t.Fatal(err)
+	}
 	const ns = "lab1"
 	mdOf := func(name string) *unstructured.Unstructured {
 		return get(ctx, t, e.cl, "cluster.x-k8s.io", "MachineDeployment", ns, name)
@@ -206,7 +214,7 @@ func kvmPoolFromZero(ctx context.Context, t testing.TB, e *bootEnv, opts cluster
 	}
 	var tmpl v1alpha1.LibvirtMachineTemplate
 	waitUntil(ctx, t, time.Minute, "the provider's status.capacity on "+tmplName, alive, func() (bool, string) {
-		if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: tmplName}, &tmpl); err != nil {
+		if err := lcl.Get(ctx, types.NamespacedName{Namespace: ns, Name: tmplName}, &tmpl); err != nil {
 			return false, err.Error()
 		}
 		mem := tmpl.Status.Capacity[corev1.ResourceMemory]
@@ -252,7 +260,7 @@ func kvmPoolFromZero(ctx context.Context, t testing.TB, e *bootEnv, opts cluster
 	// through the template's annotation, whose host does not answer.
 	waitUntil(ctx, t, 2*time.Minute, "the KVM pool's LibvirtMachine waiting for LibvirtCluster lab1-kvm", alive, func() (bool, string) {
 		var lms v1alpha1.LibvirtMachineList
-		if err := e.cl.List(ctx, &lms, client.InNamespace(ns)); err != nil {
+		if err := lcl.List(ctx, &lms, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
 		}
 		for _, lm := range lms.Items {
@@ -265,7 +273,7 @@ func kvmPoolFromZero(ctx context.Context, t testing.TB, e *bootEnv, opts cluster
 		return false, fmt.Sprint(lms.Items)
 	})
 	var lc v1alpha1.LibvirtCluster
-	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: "lab1-kvm"}, &lc); err != nil {
+	if err := lcl.Get(ctx, types.NamespacedName{Namespace: ns, Name: "lab1-kvm"}, &lc); err != nil {
 		t.Fatal(err)
 	}
 	if c := meta.FindStatusCondition(lc.Status.Conditions, v1alpha1.HostsReachableCondition); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "kvm1") {
