@@ -10,17 +10,19 @@ import (
 func newClusterScaleCmd(f *cmdutil.Factory) *cobra.Command {
 	var dryRun bool
 	var minW, maxW, replicas int
+	var pool string
 	c := &cobra.Command{
 		Use:   "scale NAME",
 		Short: "Change a cluster's worker bounds (the autoscaler picks the count)",
 		Long: `Change the autoscaler's bounds of an autoscaled worker pool (--min, --max),
 or the count of a fixed pool (--replicas). Also change lab.yaml, or the
-next 'cluster create' sets the bounds written there again.`,
-		Example:           "  labctl cluster scale lab1 --min 0 --max 5\n  labctl cluster scale lab1 --max 8 --dry-run",
+next 'cluster create' sets the bounds written there again. A cluster with
+several pools (clusters[].pools) names one with --pool.`,
+		Example:           "  labctl cluster scale lab1 --min 0 --max 5\n  labctl cluster scale lab1 --max 8 --dry-run\n  labctl cluster scale lab1 --pool kvm --max 6",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: labNames(f, clusterNames),
 		RunE: oneCluster(f, false, &dryRun, func(cmd *cobra.Command, o cluster.Options) error {
-			so := cluster.ScaleOptions{Options: o}
+			so := cluster.ScaleOptions{Options: o, Pool: pool}
 			if cmd.Flags().Changed("min") {
 				so.Min = &minW
 			}
@@ -36,6 +38,7 @@ next 'cluster create' sets the bounds written there again.`,
 	c.Flags().IntVar(&minW, "min", 0, "autoscaler minimum workers")
 	c.Flags().IntVar(&maxW, "max", 0, "autoscaler maximum workers")
 	c.Flags().IntVar(&replicas, "replicas", 0, "worker count of a pool that is not autoscaled")
+	c.Flags().StringVar(&pool, "pool", "workers", "the worker pool (clusters[].pools[].name)")
 	addDryRunFlag(c, &dryRun)
 	return c
 }

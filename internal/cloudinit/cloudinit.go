@@ -250,13 +250,24 @@ func (c Config) validate() error {
 // MetaData renders NoCloud meta-data. instanceID changes make cloud-init
 // run again on the next boot, so it is derived from the VM and its data.
 func MetaData(instanceID, hostname string) ([]byte, error) {
+	return MetaDataWithProviderID(instanceID, hostname, "")
+}
+
+// MetaDataWithProviderID is MetaData with a provider-id key as well (left
+// out when empty): the Node's spec.providerID, which a kubelet's
+// --provider-id reads through cloud-init's jinja as
+// {{ ds.meta_data.provider_id }} (cloud-init offers each meta-data key
+// with '-' as '_' too), so that Cluster API can match the Node to its
+// Machine.
+func MetaDataWithProviderID(instanceID, hostname, providerID string) ([]byte, error) {
 	if instanceID == "" || !dnsLabel.MatchString(hostname) {
 		return nil, fmt.Errorf("meta-data needs an instance id and a DNS-label hostname, got %q and %q", instanceID, hostname)
 	}
 	return yaml.Marshal(struct {
 		InstanceID    string `yaml:"instance-id"`
 		LocalHostname string `yaml:"local-hostname"`
-	}{instanceID, hostname})
+		ProviderID    string `yaml:"provider-id,omitempty"`
+	}{instanceID, hostname, providerID})
 }
 
 // InstanceID names one VM's cloud-init data: its name and a digest of the

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -149,6 +150,14 @@ func newCreateRun(o Options) (*createRun, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The hosts' credentials go right after the Namespace, before the
+	// LibvirtClusters that name them; read now, so a missing key stops
+	// create (and its dry run) before anything is written.
+	creds, err := credentials(o.Lab, r.Credentials)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", o.Name, err)
+	}
+	r.Objects = slices.Concat(r.Objects[:1], creds, r.Objects[1:])
 	cl, err := o.Lab.Cluster(o.Name)
 	if err != nil {
 		return nil, err

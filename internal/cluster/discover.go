@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -50,6 +51,14 @@ func discover(ctx context.Context, m *kube.Client, cl *unstructured.Unstructured
 	} else if infra != nil {
 		root.Children = append(root.Children, node(infra, "ClusterInfrastructure"))
 	}
+	// The LibvirtClusters of pools on KVM hosts: the Cluster does not
+	// reference them, so clusterctl's tree would not show them, yet their
+	// hosts answering is what those pools wait on.
+	pools, err := poolInfrastructure(ctx, m, cl)
+	if err != nil {
+		return nil, err
+	}
+	root.Children = append(root.Children, pools...)
 
 	sel := clusterapi.ClusterNameLabel + "=" + cl.GetName()
 	machines, err := m.List(ctx, clusterapi.MachineGVK, d.ns, sel)
@@ -195,6 +204,41 @@ func (d *discovery) contractVersion(ctx context.Context, gk schema.GroupKind) (s
 		}
 	}
 	return "", nil
+}
+
+// poolInfrastructure are the nodes of the LibvirtClusters labctl made for
+// cluster cl's pools, but for the one cl's infrastructureRef names.
+func poolInfrastructure(ctx context.Context, m *kube.Client, cl *unstructured.Unstructured) ([]*Node, error) {
+	served, err := m.Serves(clusterapi.LibvirtClusterGVK)
+	if err != nil || !served {
+		return nil, err
+	}
+	lcs, err := m.List(ctx, clusterapi.LibvirtClusterGVK, cl.GetNamespace(), labctlSelector(cl.GetName()))
+	if err != nil {
+		return nil, err
+	}
+	sortByName(lcs)
+	own, _, _ := unstructured.NestedString(cl.Object, "spec", "infrastructureRef", "name")
+	kind, _, _ := unstructured.NestedString(cl.Object, "spec", "infrastructureRef", "kind")
+	var out []*Node
+	for i := range lcs {
+		lc := &lcs[i]
+		if kind == clusterapi.LibvirtClusterGVK.Kind && lc.GetName() == own {
+			continue
+		}
+		n := node(lc, "PoolInfrastructure")
+		hosts, _, _ := unstructured.NestedSlice(lc.Object, "spec", "hosts")
+		var names []string
+		for _, h := range hosts {
+			if hm, ok := h.(map[string]any); ok {
+				name, _ := hm["name"].(string)
+				names = append(names, name)
+			}
+		}
+		n.Details = fmt.Sprintf("%d hosts: %s", len(names), strings.Join(names, ", "))
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // controlledBy reports whether owner is obj's controller, compared as CAPI's

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -24,6 +27,8 @@ import (
 type ScaleOptions struct {
 	Options
 	Min, Max, Replicas *int
+	// Pool is the worker pool; empty means workers, the one-pool form's.
+	Pool string
 }
 
 // Scale changes the worker bounds of an autoscaled pool, or the count of a
@@ -33,13 +38,17 @@ type ScaleOptions struct {
 func Scale(ctx context.Context, o ScaleOptions) error {
 	m := o.Mgmt
 	ns, name := clusterapi.Namespace(o.Name), o.Name
-	mdName := clusterapi.MachineDeploymentName(name)
+	pool := o.Pool
+	if pool == "" {
+		pool = clusterapi.WorkerPool
+	}
+	mdName := clusterapi.PoolMachineDeploymentName(name, pool)
 	md, found, err := m.Get(ctx, kube.Ref{GVK: clusterapi.MachineDeploymentGVK, Namespace: ns, Name: mdName})
 	if err != nil {
 		return err
 	}
 	if !found {
-		return fmt.Errorf("cluster %s has no MachineDeployment %s/%s; was it created with labctl cluster create?", name, ns, mdName)
+		return fmt.Errorf("cluster %s has no MachineDeployment %s/%s for pool %s; was it created with labctl cluster create? (a cluster with pools names one with --pool; labctl cluster list shows them)", name, ns, mdName, pool)
 	}
 	ann := md.GetAnnotations()
 	curMin, hasMin := ann[clusterapi.AnnotationMinSize]
@@ -193,7 +202,75 @@ func Delete(ctx context.Context, o DeleteOptions) error {
 					})
 			},
 		},
+		{
+			// Cluster API owns none of these, so nothing else removes
+			// them; the machines needed them to go, so they go last.
+			Name: "delete the cluster's libvirt hosts, credentials and address pool",
+			Plan: func(ctx context.Context) ([]string, error) {
+				refs, err := leftovers(ctx, m, ns, name)
+				var out []string
+				for _, ref := range refs {
+					out = append(out, "delete "+ref.String())
+				}
+				return out, err
+			},
+			Apply: func(ctx context.Context) error {
+				refs, err := leftovers(ctx, m, ns, name)
+				if err != nil {
+					return err
+				}
+				lcs := 0
+				for _, ref := range refs {
+					if err := del(ctx, ref); err != nil {
+						return err
+					}
+					if ref.GVK == clusterapi.LibvirtClusterGVK {
+						lcs++
+					}
+				}
+				if lcs == 0 {
+					return nil
+				}
+				// LibvirtClusters hold a finalizer until the provider saw
+				// their machines gone.
+				return until(ctx, m, clusterapi.LibvirtClusterGVK, ns, "", labctlSelector(name), "the LibvirtClusters of cluster "+name, "deleted", o.timeout(),
+					func(objs map[string]*unstructured.Unstructured) (bool, string) {
+						return len(objs) == 0, fmt.Sprintf("%d left", len(objs))
+					})
+			},
+		},
 	})
+}
+
+// labctlSelector picks the objects labctl rendered for a cluster.
+func labctlSelector(cluster string) string {
+	return clusterapi.LabelManagedBy + "=" + clusterapi.ManagedBy + "," + clusterapi.ClusterNameLabel + "=" + cluster
+}
+
+// leftovers are the objects labctl rendered for cluster that Cluster API
+// does not delete with it: the LibvirtClusters of pools (and the
+// Cluster's own, should it outlive the Cluster), the hosts' credentials
+// Secrets and a libvirt cluster's InClusterIPPool. Kinds the management
+// cluster does not serve have none.
+func leftovers(ctx context.Context, m *kube.Client, ns, cluster string) ([]kube.Ref, error) {
+	var refs []kube.Ref
+	for _, gvk := range []schema.GroupVersionKind{clusterapi.LibvirtClusterGVK, secretGVK, clusterapi.InClusterIPPoolGVK} {
+		served, err := m.Serves(gvk)
+		if err != nil || !served {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		objs, err := m.List(ctx, gvk, ns, labctlSelector(cluster))
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			refs = append(refs, kube.Ref{GVK: gvk, Namespace: ns, Name: o.GetName()})
+		}
+	}
+	return refs, nil
 }
 
 // Summary is one row of 'cluster list'.
@@ -207,6 +284,26 @@ type Summary struct {
 	MinWorkers   *int   `json:"minWorkers,omitempty"`
 	MaxWorkers   *int   `json:"maxWorkers,omitempty"`
 	Endpoint     string `json:"endpoint,omitempty"`
+	// Pools are the worker pools, one per MachineDeployment, by name.
+	Pools []PoolSummary `json:"pools,omitempty"`
+}
+
+// PoolSummary is one worker pool of a 'cluster list' row.
+type PoolSummary struct {
+	Name    string `json:"name"`
+	Workers int64  `json:"workers"`
+	Min     *int   `json:"min,omitempty"`
+	Max     *int   `json:"max,omitempty"`
+	// Infrastructure is the kind of its machine template:
+	// ProxmoxMachineTemplate or LibvirtMachineTemplate.
+	Infrastructure string `json:"infrastructure,omitempty"`
+}
+
+func (p PoolSummary) bounds() string {
+	if p.Max == nil {
+		return "fixed"
+	}
+	return fmt.Sprintf("%d-%d", *p.Min, *p.Max)
 }
 
 // List reads every Cluster in the management cluster.
@@ -250,10 +347,17 @@ func List(ctx context.Context, o Options) ([]Summary, error) {
 			if v, _, _ := unstructured.NestedString(md.Object, "spec", "template", "spec", "version"); v != "" {
 				s.Version = v
 			}
+			p := PoolSummary{Name: strings.TrimPrefix(md.GetName(), cl.GetName()+"-"), Workers: r}
+			p.Infrastructure, _, _ = unstructured.NestedString(md.Object, "spec", "template", "spec", "infrastructureRef", "kind")
 			if a := md.GetAnnotations(); a[clusterapi.AnnotationMaxSize] != "" {
-				s.MinWorkers, s.MaxWorkers = ptr.To(atoi(a[clusterapi.AnnotationMinSize])), ptr.To(atoi(a[clusterapi.AnnotationMaxSize]))
+				p.Min, p.Max = ptr.To(atoi(a[clusterapi.AnnotationMinSize])), ptr.To(atoi(a[clusterapi.AnnotationMaxSize]))
+				// The cluster's bounds are its autoscaled pools' together.
+				s.MinWorkers = ptr.To(ptr.Deref(s.MinWorkers, 0) + *p.Min)
+				s.MaxWorkers = ptr.To(ptr.Deref(s.MaxWorkers, 0) + *p.Max)
 			}
+			s.Pools = append(s.Pools, p)
 		}
+		sort.Slice(s.Pools, func(i, j int) bool { return s.Pools[i].Name < s.Pools[j].Name })
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name })
@@ -271,6 +375,14 @@ func (o Options) ListText(w io.Writer, list []Summary) error {
 		bounds := "fixed"
 		if s.MaxWorkers != nil {
 			bounds = fmt.Sprintf("%d-%d", *s.MinWorkers, *s.MaxWorkers)
+		}
+		if len(s.Pools) > 1 {
+			// Each pool's own: pve 0-3, kvm 0-4.
+			var each []string
+			for _, p := range s.Pools {
+				each = append(each, p.Name+" "+p.bounds())
+			}
+			bounds = strings.Join(each, ", ")
 		}
 		rows = append(rows, []string{s.Name, s.Namespace, s.Phase, s.ControlPlane, strconv.FormatInt(s.Workers, 10), bounds, s.Version, s.Endpoint})
 	}
@@ -306,7 +418,17 @@ func PrintObjects(o *ui.IO, lab *config.Lab, name, format string) error {
 	if err != nil {
 		return err
 	}
-	objs := append(append([]*unstructured.Unstructured{}, r.Objects...), r.Autoscaler...)
+	// The hosts' credentials Secrets without their data, which create
+	// reads from the files their annotation's hypervisor names.
+	var creds []*unstructured.Unstructured
+	for _, s := range r.Credentials {
+		obj, err := secretObject(s)
+		if err != nil {
+			return err
+		}
+		creds = append(creds, obj)
+	}
+	objs := slices.Concat(r.Objects[:1], creds, r.Objects[1:], r.Autoscaler)
 	if format == "json" {
 		items := make([]any, len(objs))
 		for i, obj := range objs {

@@ -72,6 +72,12 @@ func TestAutoscalerRBACAllowsScaling(t *testing.T) {
 	}{
 		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "list", Group: "infrastructure.cluster.x-k8s.io", Resource: "proxmoxmachinetemplates"}, true},
 		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "get", Group: "infrastructure.cluster.x-k8s.io", Resource: "proxmoxmachinetemplates"}, true},
+		// labctl's libvirt provider's templates, whose status.capacity
+		// sizes a libvirt pool from zero (read through an informer).
+		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "list", Group: "infrastructure.labctl.dev", Resource: "libvirtmachinetemplates"}, true},
+		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "watch", Group: "infrastructure.labctl.dev", Resource: "libvirtmachinetemplates"}, true},
+		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "get", Group: "infrastructure.labctl.dev", Resource: "libvirtmachinetemplates"}, true},
+		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "update", Group: "infrastructure.labctl.dev", Resource: "libvirtmachinetemplates"}, false},
 		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "update", Group: "cluster.x-k8s.io", Resource: "machinedeployments", Subresource: "scale"}, true},
 		{authv1.ResourceAttributes{Namespace: "lab1", Verb: "watch", Group: "cluster.x-k8s.io", Resource: "machines"}, true},
 		// Not more than it needs: the kubeconfig comes mounted, not read;

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
@@ -26,10 +26,11 @@ func ssa(ctx context.Context, c client.Client, obj *unstructured.Unstructured, d
 // TestRenderedObjectsPassTheRealAPI renders every cluster of the owner's lab
 // and of the valid test labs, and applies each object to a real
 // kube-apiserver with the pinned CAPI v1.12.11, CAPMOX v0.9.0 and IPAM
-// CRDs: first as a server-side dry run, then for real. A second apply of
-// the same objects must change nothing.
+// CRDs and labctl's own libvirt provider's: first as a server-side dry
+// run, then for real. A second apply of the same objects must change
+// nothing.
 func TestRenderedObjectsPassTheRealAPI(t *testing.T) {
-	env := testbed.Start(t, testbed.WithCRDs("capi", "capmox", "ipam"))
+	env := testbed.Start(t, testbed.WithCRDs("capi", "capmox", "ipam"), testbed.WithCRDPaths("../../embedded/provider/libvirt/crds"))
 	c, err := client.New(env.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +40,8 @@ func TestRenderedObjectsPassTheRealAPI(t *testing.T) {
 	defer cancel()
 
 	labs := map[string]string{
-		"examples/lab.yaml": "../../examples/lab.yaml",
+		"examples/lab.yaml":       "../../examples/lab.yaml",
+		"examples/lab-mixed.yaml": "../../examples/lab-mixed.yaml",
 	}
 	valid, _ := filepath.Glob("../config/testdata/valid/*.yaml")
 	for _, p := range valid {
@@ -65,11 +67,20 @@ func TestRenderedObjectsPassTheRealAPI(t *testing.T) {
 	for name, path := range labs {
 		lab := load(t, path)
 		for _, cl := range lab.Clusters {
-			if h := hypervisorOf(lab, cl.Hypervisor); h == nil || h.Proxmox == nil {
-				continue // libvirt clusters have no CAPI provider yet
-			}
 			r := render(t, lab, cl.Name)
-			objs := append(append([]*unstructured.Unstructured{}, r.Objects...), r.Autoscaler...)
+			// The credentials Secrets right after the namespace, as create
+			// applies them (with the data create reads from lab.yaml's files).
+			objs := []*unstructured.Unstructured{r.Objects[0]}
+			for _, sec := range r.Credentials {
+				sec = sec.DeepCopy()
+				sec.Data = map[string][]byte{"ssh-privatekey": []byte("k"), "tls.crt": []byte("c"), "tls.key": []byte("k")}
+				u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(sec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				objs = append(objs, &unstructured.Unstructured{Object: u})
+			}
+			objs = append(append(objs, r.Objects[1:]...), r.Autoscaler...)
 			// The namespace first, for real: dry runs need it to exist.
 			if err := ssa(ctx, c, objs[0], false); err != nil {
 				t.Fatalf("%s %s: applying namespace: %v", name, cl.Name, err)
@@ -96,15 +107,6 @@ func TestRenderedObjectsPassTheRealAPI(t *testing.T) {
 			t.Logf("%s: cluster %s: %d objects accepted", name, cl.Name, len(objs))
 		}
 	}
-}
-
-func hypervisorOf(lab *config.Lab, name string) *config.Hypervisor {
-	for i := range lab.Hypervisors {
-		if lab.Hypervisors[i].Name == name {
-			return &lab.Hypervisors[i]
-		}
-	}
-	return nil
 }
 
 func versionsOf(ctx context.Context, t *testing.T, c client.Client, objs []*unstructured.Unstructured) map[string]string {

@@ -6,6 +6,8 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	libvirtv1 "github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
 )
 
 // The Cluster API kinds labctl renders and reads, at the versions of the
@@ -21,6 +23,12 @@ var (
 	// CAPMOX v1alpha2 (its Go module is not imported: see proxmox.go).
 	ProxmoxClusterGVK         = infraGV.WithKind("ProxmoxCluster")
 	ProxmoxMachineTemplateGVK = infraGV.WithKind("ProxmoxMachineTemplate")
+	// labctl's own libvirt provider.
+	LibvirtClusterGVK         = libvirtv1.GroupVersion.WithKind("LibvirtCluster")
+	LibvirtMachineTemplateGVK = libvirtv1.GroupVersion.WithKind("LibvirtMachineTemplate")
+	// In-cluster IPAM v1.0.3's storage version: a libvirt cluster's node
+	// addresses (CAPMOX makes its own pool).
+	InClusterIPPoolGVK = schema.GroupVersionKind{Group: "ipam.cluster.x-k8s.io", Version: "v1alpha2", Kind: "InClusterIPPool"}
 )
 
 // Resources of the CAPI kinds, for dynamic clients and informers.
@@ -36,8 +44,14 @@ const (
 	DeploymentNameLabel = clusterv1.MachineDeploymentNameLabel
 )
 
-// MachineDeploymentName is the name of a cluster's worker pool.
-func MachineDeploymentName(cluster string) string { return cluster + "-" + WorkerPool }
+// MachineDeploymentName is the name of a cluster's first worker pool
+// when lab.yaml gives it as workers.
+func MachineDeploymentName(cluster string) string {
+	return PoolMachineDeploymentName(cluster, WorkerPool)
+}
+
+// PoolMachineDeploymentName is the MachineDeployment of a cluster's pool.
+func PoolMachineDeploymentName(cluster, pool string) string { return cluster + "-" + pool }
 
 func typeMeta(gvk schema.GroupVersionKind) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}

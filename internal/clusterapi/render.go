@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -43,11 +45,14 @@ const (
 	LabelLab           = "labctl.dev/lab"
 	LabelPool          = "labctl.dev/pool"
 	ManagedBy          = "labctl"
-	WorkerPool         = "workers"
+	WorkerPool         = config.DefaultPool
 	APIServerPort      = 6443
 	kubeletMaxPods     = 110 // kubelet's default; the scale-from-zero template says so
 	bootDisk           = "scsi0"
 	providerIDTemplate = "proxmox://'{{ ds.meta_data.instance_id }}'"
+	// libvirtProviderIDTemplate is the provider-id meta-data key labctl's
+	// libvirt provider writes into each machine's seed.
+	libvirtProviderIDTemplate = "'{{ ds.meta_data.provider_id }}'"
 )
 
 // Input is what Render needs beyond lab.yaml.
@@ -69,11 +74,19 @@ type Rendered struct {
 	// bindings and Deployment. It needs the <cluster>-kubeconfig secret CAPI
 	// writes, so it is applied once the control plane is up.
 	Autoscaler []*unstructured.Unstructured
-	// Names of the objects commands look up.
+	// Credentials are the libvirt hosts' credentials Secrets, to apply
+	// right after the Namespace. They come without data: the caller fills
+	// each from the files lab.yaml names for its hypervisor
+	// (CredentialsHypervisor), and never prints it.
+	Credentials []*corev1.Secret
+	// Names of the objects commands look up: the first pool's
+	// MachineDeployment, and the control plane.
 	MachineDeployment string
 	ControlPlane      string
-	// Autoscaled is true when the autoscaler owns the worker count.
+	// Autoscaled is true when the autoscaler owns the first pool's count.
 	Autoscaled bool
+	// Pools are the worker pools, in lab.yaml's order.
+	Pools []PoolRender
 }
 
 // Find returns the rendered object of a kind, or nil.
@@ -112,8 +125,24 @@ type renderer struct {
 	in  Input
 	c   *config.Cluster
 	ns  string
-	px  *config.Proxmox
+	h   *config.Hypervisor // the cluster's: the control plane's
+	px  *config.Proxmox    // h's, when it is a Proxmox one
 	out []*unstructured.Unstructured
+	// libvirt is what the cluster's libvirt pools share: their
+	// LibvirtClusters by name, and the hosts' credentials Secrets.
+	libvirt libvirtObjects
+}
+
+// PoolRender is one rendered worker pool.
+type PoolRender struct {
+	Name              string
+	MachineDeployment string
+	// Kind is the infrastructure of its machines: ProxmoxMachineTemplate
+	// or LibvirtMachineTemplate.
+	Kind        string
+	Hypervisors []string
+	Autoscaled  bool
+	Min, Max    int
 }
 
 func (r *renderer) render() (*Rendered, error) {
@@ -126,7 +155,7 @@ func (r *renderer) render() (*Rendered, error) {
 	if why := config.ClustersOn(h); why != "" {
 		return nil, fmt.Errorf("cluster %s: %s", c.Name, why)
 	}
-	r.px = h.Proxmox
+	r.h, r.px = h, h.Proxmox
 	if len(r.in.SSHKeys) == 0 {
 		return nil, fmt.Errorf("cluster %s: no SSH public key to put on the nodes; set management.sshPublicKeys or management.sshPublicKeyFile", c.Name)
 	}
@@ -134,29 +163,44 @@ func (r *renderer) render() (*Rendered, error) {
 	if err := r.add(nsObj); err != nil {
 		return nil, err
 	}
-	if err := r.add(r.proxmoxCluster()); err != nil {
-		return nil, err
+	var cpTmpl ref
+	var cpObj any
+	if r.px != nil {
+		if err := r.add(r.proxmoxCluster()); err != nil {
+			return nil, err
+		}
+		t, err := r.machineTemplate("control-plane", c.ControlPlane.Size)
+		if err != nil {
+			return nil, err
+		}
+		cpTmpl, cpObj = ref{ProxmoxMachineTemplateGVK, t.Metadata.Name}, t
+	} else {
+		if err := r.add(r.nodePool()); err != nil {
+			return nil, err
+		}
+		if _, err := r.libvirtCluster(c.Name, []string{c.Hypervisor}, true); err != nil {
+			return nil, err
+		}
+		t, err := r.libvirtMachineTemplate("control-plane", c.ControlPlane.Size, c.Template, h, "")
+		if err != nil {
+			return nil, err
+		}
+		cpTmpl, cpObj = ref{LibvirtMachineTemplateGVK, t.Name}, t
 	}
-	cpTmpl, err := r.machineTemplate("control-plane", c.ControlPlane.Size)
-	if err != nil {
-		return nil, err
+	kcp := r.controlPlane(cpTmpl)
+	var pools []PoolRender
+	// In the order lab1 has always had: templates, bootstrap configs, the
+	// control plane, the MachineDeployments, the Cluster.
+	tmpls, kcts, mds := []any{cpObj}, []any{}, []any{}
+	for _, p := range c.WorkerPools() {
+		pr, err := r.pool(p)
+		if err != nil {
+			return nil, err
+		}
+		pools = append(pools, pr.PoolRender)
+		tmpls, kcts, mds = append(tmpls, pr.template), append(kcts, pr.kct), append(mds, pr.md)
 	}
-	wTmpl, err := r.machineTemplate("worker", c.Workers.Size)
-	if err != nil {
-		return nil, err
-	}
-	kct := r.kubeadmConfigTemplate()
-	kctName, err := hashName(c.Name+"-worker", "", kct.Spec)
-	if err != nil {
-		return nil, err
-	}
-	kct.Name = kctName
-	kcp := r.controlPlane(cpTmpl.Metadata.Name)
-	md, err := r.machineDeployment(wTmpl.Metadata.Name, kct.Name)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range []any{cpTmpl, wTmpl, kct, kcp, md, r.cluster()} {
+	for _, o := range slices.Concat(tmpls, kcts, []any{kcp}, mds, []any{r.cluster()}) {
 		if err := r.add(o); err != nil {
 			return nil, err
 		}
@@ -167,9 +211,81 @@ func (r *renderer) render() (*Rendered, error) {
 		return nil, err
 	}
 	return &Rendered{
-		Name: c.Name, Namespace: r.ns, Objects: objs, Autoscaler: r.out,
-		MachineDeployment: md.Name, ControlPlane: kcp.Name, Autoscaled: c.Workers.Autoscaled(),
+		Name: c.Name, Namespace: r.ns, Objects: objs, Autoscaler: r.out, Credentials: r.libvirt.secrets,
+		MachineDeployment: pools[0].MachineDeployment, ControlPlane: kcp.Name, Autoscaled: pools[0].Autoscaled, Pools: pools,
 	}, nil
+}
+
+// ref names a machine template of a kind.
+type ref struct {
+	gvk  schema.GroupVersionKind
+	name string
+}
+
+func (t ref) contractRef() clusterv1.ContractVersionedObjectReference {
+	return clusterv1.ContractVersionedObjectReference{APIGroup: t.gvk.Group, Kind: t.gvk.Kind, Name: t.name}
+}
+
+// renderedPool is a pool with its objects, not added yet.
+type renderedPool struct {
+	PoolRender
+	template, kct, md any
+}
+
+// pool renders one worker pool: its machine template (on Proxmox or on
+// libvirt hosts), its KubeadmConfigTemplate and its MachineDeployment.
+func (r *renderer) pool(p config.Pool) (renderedPool, error) {
+	c := r.c
+	pr := renderedPool{}
+	pr.PoolRender = PoolRender{Name: p.Name, MachineDeployment: PoolMachineDeploymentName(c.Name, p.Name), Hypervisors: p.Hypervisors,
+		Autoscaled: p.Autoscaled(), Min: p.Min, Max: p.Max}
+	role := "pool-" + p.Name
+	if p.Name == config.DefaultPool {
+		role = "worker" // the names lab1 has always had
+	}
+	first, err := r.in.Lab.Hypervisor(p.Hypervisors[0])
+	if err != nil {
+		return pr, fmt.Errorf("cluster %s: pool %s: %w", c.Name, p.Name, err)
+	}
+	var tmpl ref
+	libvirt := first.Proxmox == nil
+	if libvirt {
+		// The cluster's own LibvirtCluster when the pool is on its hosts;
+		// else one of the pool's, which the machines find through the
+		// template's annotation (the Cluster does not reference it).
+		lc := c.Name
+		if r.px != nil || !slices.Equal(p.Hypervisors, []string{c.Hypervisor}) {
+			if lc, err = r.libvirtCluster(c.Name+"-"+p.Name, p.Hypervisors, false); err != nil {
+				return pr, err
+			}
+		} else {
+			lc = ""
+		}
+		t, err := r.libvirtMachineTemplate(role, p.Size, c.PoolTemplate(p), first, lc)
+		if err != nil {
+			return pr, err
+		}
+		tmpl, pr.template = ref{LibvirtMachineTemplateGVK, t.Name}, t
+	} else {
+		t, err := r.machineTemplate(role, p.Size)
+		if err != nil {
+			return pr, err
+		}
+		tmpl, pr.template = ref{ProxmoxMachineTemplateGVK, t.Metadata.Name}, t
+	}
+	pr.Kind = tmpl.gvk.Kind
+	kct := r.kubeadmConfigTemplate(p, libvirt)
+	kctName, err := hashName(c.Name+"-"+role, "", kct.Spec)
+	if err != nil {
+		return pr, err
+	}
+	kct.Name = kctName
+	md, err := r.machineDeployment(p, tmpl, kct.Name, libvirt)
+	if err != nil {
+		return pr, err
+	}
+	pr.kct, pr.md = kct, md
+	return pr, nil
 }
 
 // add converts a typed object to unstructured and keeps it.
@@ -226,11 +342,19 @@ func (r *renderer) cluster() *clusterv1.Cluster {
 			ControlPlaneRef: clusterv1.ContractVersionedObjectReference{
 				APIGroup: KubeadmControlPlaneGVK.Group, Kind: KubeadmControlPlaneGVK.Kind, Name: controlPlaneName(c.Name),
 			},
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-				APIGroup: ProxmoxClusterGVK.Group, Kind: ProxmoxClusterGVK.Kind, Name: c.Name,
-			},
+			InfrastructureRef: r.infrastructureRef(),
 		},
 	}
+}
+
+// infrastructureRef is the cluster's ProxmoxCluster or LibvirtCluster,
+// where its control plane runs.
+func (r *renderer) infrastructureRef() clusterv1.ContractVersionedObjectReference {
+	gvk := ProxmoxClusterGVK
+	if r.px == nil {
+		gvk = LibvirtClusterGVK
+	}
+	return clusterv1.ContractVersionedObjectReference{APIGroup: gvk.Group, Kind: gvk.Kind, Name: r.c.Name}
 }
 
 func (r *renderer) proxmoxCluster() *proxmoxCluster {
@@ -293,13 +417,9 @@ func (r *renderer) machineTemplate(role string, size config.Size) (*proxmoxMachi
 	if err != nil {
 		return nil, err
 	}
-	mem, err := resource.ParseQuantity(size.Memory)
+	mem, disk, err := r.quantities(role, size)
 	if err != nil {
-		return nil, fmt.Errorf("cluster %s: %s memory %q: %w", r.c.Name, role, size.Memory, err)
-	}
-	disk, err := resource.ParseQuantity(size.Disk)
-	if err != nil {
-		return nil, fmt.Errorf("cluster %s: %s disk %q: %w", r.c.Name, role, size.Disk, err)
+		return nil, err
 	}
 	spec := proxmoxMachineSpec{
 		AllowedNodes: r.c.AllowedNodes,
@@ -340,6 +460,17 @@ func (r *renderer) machineTemplate(role string, size config.Size) (*proxmoxMachi
 	return t, nil
 }
 
+// quantities are a machine size's memory and disk.
+func (r *renderer) quantities(role string, size config.Size) (mem, disk resource.Quantity, err error) {
+	if mem, err = resource.ParseQuantity(size.Memory); err != nil {
+		return mem, disk, fmt.Errorf("cluster %s: %s memory %q: %w", r.c.Name, role, size.Memory, err)
+	}
+	if disk, err = resource.ParseQuantity(size.Disk); err != nil {
+		return mem, disk, fmt.Errorf("cluster %s: %s disk %q: %w", r.c.Name, role, size.Disk, err)
+	}
+	return mem, disk, nil
+}
+
 // memTag writes memory for a name: 2g for whole GiB, else 1536m.
 func memTag(q resource.Quantity) string {
 	if b := q.Value(); b%(1<<30) == 0 {
@@ -370,15 +501,21 @@ func (r *renderer) users() []bootstrapv1.User {
 	}}
 }
 
-// providerID sets kubelet's provider-id to proxmox://<VM BIOS UUID>, which
-// cloud-init reads from the metadata CAPMOX writes.
-func providerID() bootstrapv1.Arg {
+// providerID sets kubelet's provider-id to what the Machine's
+// infrastructure says, read by cloud-init from the meta-data the provider
+// writes: proxmox://<VM BIOS UUID> from CAPMOX's instance-id, or labctl's
+// libvirt provider's libvirt://<host>/<domain uuid> from its provider-id
+// (cloud-init gives meta-data keys with '-' as '_' to jinja).
+func providerID(libvirt bool) bootstrapv1.Arg {
+	if libvirt {
+		return bootstrapv1.Arg{Name: "provider-id", Value: ptr.To(libvirtProviderIDTemplate)}
+	}
 	return bootstrapv1.Arg{Name: "provider-id", Value: ptr.To(providerIDTemplate)}
 }
 
-func (r *renderer) controlPlane(template string) *controlplanev1.KubeadmControlPlane {
+func (r *renderer) controlPlane(template ref) *controlplanev1.KubeadmControlPlane {
 	c := r.c
-	reg := bootstrapv1.NodeRegistrationOptions{KubeletExtraArgs: []bootstrapv1.Arg{providerID()}}
+	reg := bootstrapv1.NodeRegistrationOptions{KubeletExtraArgs: []bootstrapv1.Arg{providerID(r.px == nil)}}
 	return &controlplanev1.KubeadmControlPlane{
 		TypeMeta:   typeMeta(KubeadmControlPlaneGVK),
 		ObjectMeta: r.meta(controlPlaneName(c.Name)),
@@ -387,7 +524,7 @@ func (r *renderer) controlPlane(template string) *controlplanev1.KubeadmControlP
 			Version:  c.KubernetesVersion,
 			MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{
 				Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
-					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: ProxmoxMachineTemplateGVK.Group, Kind: ProxmoxMachineTemplateGVK.Kind, Name: template},
+					InfrastructureRef: template.contractRef(),
 				},
 			},
 			KubeadmConfigSpec: bootstrapv1.KubeadmConfigSpec{
@@ -405,10 +542,10 @@ func (r *renderer) controlPlane(template string) *controlplanev1.KubeadmControlP
 	}
 }
 
-func (r *renderer) kubeadmConfigTemplate() *bootstrapv1.KubeadmConfigTemplate {
-	w := r.c.Workers
-	args := []bootstrapv1.Arg{providerID()}
-	if labels := r.workerLabels(); len(labels) > 0 {
+func (r *renderer) kubeadmConfigTemplate(p config.Pool, libvirt bool) *bootstrapv1.KubeadmConfigTemplate {
+	w := p.Workers()
+	args := []bootstrapv1.Arg{providerID(libvirt)}
+	if labels := workerLabels(p); len(labels) > 0 {
 		args = append(args, bootstrapv1.Arg{Name: "node-labels", Value: ptr.To(strings.Join(labels, ","))})
 	}
 	// Every worker registers with Cilium's startup taint: Cilium lifts
@@ -435,9 +572,9 @@ func (r *renderer) kubeadmConfigTemplate() *bootstrapv1.KubeadmConfigTemplate {
 	}
 }
 
-// workerLabels are the pool label plus workers.labels, sorted.
-func (r *renderer) workerLabels() []string {
-	labels := append([]string{LabelPool + "=" + WorkerPool}, r.c.Workers.Labels...)
+// workerLabels are the pool label plus the pool's labels, sorted.
+func workerLabels(p config.Pool) []string {
+	labels := append([]string{LabelPool + "=" + p.Name}, p.Labels...)
 	sort.Strings(labels)
 	return labels
 }
@@ -448,9 +585,9 @@ func parseTaint(s string) corev1.Taint {
 	return corev1.Taint{Key: k, Value: v, Effect: corev1.TaintEffect(effect)}
 }
 
-func (r *renderer) machineDeployment(template, bootstrap string) (*clusterv1.MachineDeployment, error) {
-	c, w := r.c, r.c.Workers
-	name := MachineDeploymentName(c.Name)
+func (r *renderer) machineDeployment(p config.Pool, template ref, bootstrap string, libvirt bool) (*clusterv1.MachineDeployment, error) {
+	c, w := r.c, p.Workers()
+	name := PoolMachineDeploymentName(c.Name, p.Name)
 	sel := map[string]string{clusterv1.ClusterNameLabel: c.Name, clusterv1.MachineDeploymentNameLabel: name}
 	md := &clusterv1.MachineDeployment{
 		TypeMeta:   typeMeta(MachineDeploymentGVK),
@@ -472,7 +609,7 @@ func (r *renderer) machineDeployment(template, bootstrap string) (*clusterv1.Mac
 					Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
 						APIGroup: KubeadmConfigTemplateGVK.Group, Kind: KubeadmConfigTemplateGVK.Kind, Name: bootstrap,
 					}},
-					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: ProxmoxMachineTemplateGVK.Group, Kind: ProxmoxMachineTemplateGVK.Kind, Name: template},
+					InfrastructureRef: template.contractRef(),
 				},
 			},
 		},
@@ -483,7 +620,7 @@ func (r *renderer) machineDeployment(template, bootstrap string) (*clusterv1.Mac
 		md.Spec.Replicas = ptr.To(int32(w.Min))
 		return md, nil
 	}
-	ann, err := r.capacity()
+	ann, err := r.capacity(p, libvirt)
 	if err != nil {
 		return nil, err
 	}
@@ -499,20 +636,26 @@ func (r *renderer) machineDeployment(template, bootstrap string) (*clusterv1.Mac
 // template node's capacity and allocatable alike
 // (cloudprovider/clusterapi clusterapi_utils.go parseKey,
 // clusterapi_nodegroup.go TemplateNodeInfo), so they carry what the node
-// will offer pods, not the VM's size.
-func (r *renderer) capacity() (map[string]string, error) {
-	cpus, mem, err := r.c.Workers.Size.Allocatable()
+// will offer pods, not the VM's size. A pool on libvirt hosts gets no
+// size annotations: labctl's provider publishes the machine's size in its
+// LibvirtMachineTemplate's status.capacity, where the autoscaler reads it
+// (clusterapi_unstructured.go InstanceCapacity; an annotation would win
+// over it). Labels and taints have no place there, so every pool carries
+// those.
+func (r *renderer) capacity(p config.Pool, libvirt bool) (map[string]string, error) {
+	ann := map[string]string{AnnotationLabels: strings.Join(workerLabels(p), ",")}
+	if len(p.Taints) > 0 {
+		ann[AnnotationTaints] = strings.Join(p.Taints, ",")
+	}
+	if libvirt {
+		return ann, nil
+	}
+	cpus, mem, err := p.Size.Allocatable()
 	if err != nil {
-		return nil, fmt.Errorf("cluster %s: workers.size.%w", r.c.Name, err)
+		return nil, fmt.Errorf("cluster %s: pool %s: size.%w", r.c.Name, p.Name, err)
 	}
-	ann := map[string]string{
-		AnnotationCPU:     strconv.Itoa(cpus),
-		AnnotationMemory:  mem.String(),
-		AnnotationMaxPods: strconv.Itoa(kubeletMaxPods),
-		AnnotationLabels:  strings.Join(r.workerLabels(), ","),
-	}
-	if len(r.c.Workers.Taints) > 0 {
-		ann[AnnotationTaints] = strings.Join(r.c.Workers.Taints, ",")
-	}
+	ann[AnnotationCPU] = strconv.Itoa(cpus)
+	ann[AnnotationMemory] = mem.String()
+	ann[AnnotationMaxPods] = strconv.Itoa(kubeletMaxPods)
 	return ann, nil
 }

@@ -230,6 +230,7 @@ const maxListEntries = 1000
 var listNouns = map[string]string{
 	"network.dns": "DNS servers", "hypervisors": "hypervisors", "hypervisors[].proxmox.nodes": "nodes",
 	"images": "images", "clusters": "clusters", "management.sshPublicKeys": "SSH keys",
+	"clusters[].pools": "pools", "clusters[].pools[].hypervisors": "hypervisors",
 }
 
 // secretsChecked are fields whose values validation checks for pasted
@@ -272,6 +273,8 @@ var noZero = map[string]string{
 	"clusters[].controlPlane.replicas":  "must be an odd number (1, 3 or 5) so etcd keeps quorum, got 0",
 	"clusters[].workers.max":            "must be at least 1 so the autoscaler can add a worker, got 0",
 	"clusters[].workers.size.cpus":      "must be between 1 and 512, got 0",
+	"clusters[].pools[].max":            "must be at least 1 so the autoscaler can add a worker, got 0",
+	"clusters[].pools[].size.cpus":      "must be between 1 and 512, got 0",
 	"clusters[].controlPlane.size.cpus": "must be between 1 and 512, got 0",
 	"management.size.cpus":              "must be between 1 and 512, got 0",
 }

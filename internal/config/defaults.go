@@ -107,7 +107,7 @@ func SetDefaults(lab *Lab, pins versions.Pins) {
 		if c.Hypervisor == "" && len(lab.Hypervisors) == 1 {
 			c.Hypervisor = lab.Hypervisors[0].Name
 		}
-		if c.Template.Image == "" && c.Template.TemplateID == 0 && len(lab.Images) == 1 {
+		if t := c.Template; t.Image == "" && t.TemplateID == 0 && t.Volume == "" && len(lab.Images) == 1 && !onLibvirt(lab, c.Hypervisor) {
 			c.Template.Image = lab.Images[0].Name
 		}
 		if c.KubernetesVersion == "" {
@@ -121,10 +121,22 @@ func SetDefaults(lab *Lab, pins versions.Pins) {
 			c.ControlPlane.Replicas = defaultCPReplicas
 		}
 		defaultSize(&c.ControlPlane.Size, defaultCPSize)
-		if c.Workers.Max == 0 && c.Workers.Min == 0 {
-			c.Workers.Max = defaultWorkersMax
+		if len(c.Pools) == 0 {
+			if c.Workers.Max == 0 && c.Workers.Min == 0 {
+				c.Workers.Max = defaultWorkersMax
+			}
+			defaultSize(&c.Workers.Size, defaultWorkerSize)
 		}
-		defaultSize(&c.Workers.Size, defaultWorkerSize)
+		for j := range c.Pools {
+			p := &c.Pools[j]
+			if len(p.Hypervisors) == 0 && c.Hypervisor != "" {
+				p.Hypervisors = []string{c.Hypervisor}
+			}
+			if p.Max == 0 && p.Min == 0 {
+				p.Max = defaultWorkersMax
+			}
+			defaultSize(&p.Size, defaultWorkerSize)
+		}
 		if c.PodCIDR == "" {
 			c.PodCIDR = DefaultPodCIDR
 		}
@@ -167,6 +179,12 @@ func setIfEmpty(s *string, v string) {
 	if strings.TrimSpace(*s) == "" {
 		*s = v
 	}
+}
+
+// onLibvirt reports whether the named hypervisor is a libvirt host.
+func onLibvirt(lab *Lab, hypervisor string) bool {
+	h, err := lab.Hypervisor(hypervisor)
+	return err == nil && h.Libvirt != nil && h.Proxmox == nil
 }
 
 // soleNode is the Proxmox hypervisor's node when it has exactly one.

@@ -88,6 +88,11 @@ type Libvirt struct {
 	// SSHKeyFile is the private key for a qemu+ssh URI, offered after the
 	// keys in ssh-agent; empty means ~/.ssh/id_ed25519, id_ecdsa or id_rsa.
 	SSHKeyFile string `yaml:"sshKeyFile,omitempty" json:"sshKeyFile,omitempty"`
+	// KnownHostsFile holds the host keys to trust for a qemu+ssh URI;
+	// empty means ~/.ssh/known_hosts. Only 'cluster create' reads it: the
+	// libvirt provider in the management cluster gets it in the host's
+	// credentials Secret (labctl on this machine checks ssh's own files).
+	KnownHostsFile string `yaml:"knownHostsFile,omitempty" json:"knownHostsFile,omitempty"`
 	// TLS names the CA and client certificate for a qemu+tls URI; empty
 	// fields mean libvirt's usual paths.
 	TLS *LibvirtTLS `yaml:"tls,omitempty" json:"tls,omitempty"`
@@ -233,7 +238,12 @@ type Cluster struct {
 	AllowedNodes      []string     `yaml:"allowedNodes,omitempty" json:"allowedNodes,omitempty"`
 	KubernetesVersion string       `yaml:"kubernetesVersion" json:"kubernetesVersion"`
 	ControlPlane      ControlPlane `yaml:"controlPlane" json:"controlPlane"`
-	Workers           Workers      `yaml:"workers" json:"workers"`
+	// Workers is the one worker pool of a cluster, on its hypervisor.
+	// Set either workers or pools.
+	Workers Workers `yaml:"workers,omitempty" json:"workers,omitzero"`
+	// Pools are worker pools, each on hypervisors of its own: Proxmox
+	// (the cluster's) or libvirt hosts. Set either workers or pools.
+	Pools []Pool `yaml:"pools,omitempty" json:"pools,omitempty"`
 	// NodeIPRange is first-last, e.g. 192.168.4.40-192.168.4.59, inside network.cidr.
 	NodeIPRange string `yaml:"nodeIPRange" json:"nodeIPRange"`
 	PodCIDR     string `yaml:"podCIDR" json:"podCIDR"`
@@ -282,12 +292,66 @@ type Workers struct {
 // Autoscaled reports whether the cluster-autoscaler owns the worker count.
 func (w Workers) Autoscaled() bool { return w.Max > w.Min }
 
-// Template says which VM template the nodes clone. Either Image (found by
-// the tags image build sets) or SourceNode with TemplateID.
+// DefaultPool is the name of the pool clusters[].workers describes.
+const DefaultPool = "workers"
+
+// Pool is one worker pool: a MachineDeployment autoscaled between Min and
+// Max (a fixed Min workers when Max <= Min) on its hypervisors.
+type Pool struct {
+	Name string `yaml:"name" json:"name"`
+	// Hypervisors are where the pool's machines go: the cluster's Proxmox
+	// hypervisor, or one or more libvirt hosts (the machines are spread
+	// by free memory). Empty means the cluster's hypervisor.
+	Hypervisors []string `yaml:"hypervisors,omitempty" json:"hypervisors,omitempty"`
+	Min         int      `yaml:"min" json:"min"`
+	Max         int      `yaml:"max" json:"max"`
+	Size        Size     `yaml:"size" json:"size"`
+	// Labels are key=value node labels every worker registers with.
+	Labels []string `yaml:"labels,omitempty" json:"labels,omitempty"`
+	// Taints are key[=value]:Effect taints every worker registers with.
+	Taints []string `yaml:"taints,omitempty" json:"taints,omitempty"`
+	// Template is the pool's node image when it differs from the
+	// cluster's (a libvirt pool of a Proxmox cluster: template.volume).
+	Template *Template `yaml:"template,omitempty" json:"template,omitempty"`
+}
+
+// Workers is the pool's size and bounds.
+func (p Pool) Workers() Workers {
+	return Workers{Min: p.Min, Max: p.Max, Size: p.Size, Labels: p.Labels, Taints: p.Taints}
+}
+
+// Autoscaled reports whether the cluster-autoscaler owns the pool's count.
+func (p Pool) Autoscaled() bool { return p.Workers().Autoscaled() }
+
+// WorkerPools are the cluster's pools: pools, or the one workers
+// describes (named workers, on the cluster's hypervisor). Every use of
+// a cluster's workers goes through here.
+func (c *Cluster) WorkerPools() []Pool {
+	if len(c.Pools) > 0 {
+		return c.Pools
+	}
+	w := c.Workers
+	return []Pool{{Name: DefaultPool, Hypervisors: []string{c.Hypervisor}, Min: w.Min, Max: w.Max, Size: w.Size, Labels: w.Labels, Taints: w.Taints}}
+}
+
+// PoolTemplate is the node image of pool p: its own, else the cluster's.
+func (c *Cluster) PoolTemplate(p Pool) Template {
+	if p.Template != nil {
+		return *p.Template
+	}
+	return c.Template
+}
+
+// Template says which VM template the nodes clone. On Proxmox either
+// Image (found by the tags image build sets) or SourceNode with
+// TemplateID; on libvirt hosts Volume.
 type Template struct {
 	Image      string `yaml:"image,omitempty" json:"image,omitempty"`
 	SourceNode string `yaml:"sourceNode,omitempty" json:"sourceNode,omitempty"`
 	TemplateID int    `yaml:"templateID,omitempty" json:"templateID,omitempty"`
+	// Volume is the node image volume in each libvirt host's storagePool,
+	// e.g. ubuntu-2404-kube-v1.35.4.qcow2: the root disks are overlays on it.
+	Volume string `yaml:"volume,omitempty" json:"volume,omitempty"`
 }
 
 // CNI is the cluster's network plugin, installed by Helm.

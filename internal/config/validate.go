@@ -552,14 +552,17 @@ func (v *validator) kubeVersion(p *field.Path, s string) bool {
 	return true
 }
 
-// ClustersOn says why workload clusters cannot run on hypervisor h, or ""
-// when they can. This is the one place that keeps clusters off libvirt
-// hosts: labctl renders CAPMOX objects only, so 'cluster create' could not
-// make them. Validation and the renderer both ask it; issue 16 (a Cluster
-// API provider for libvirt) lifts it here.
+// ClustersOn says why workload cluster machines cannot run on hypervisor
+// h, or "" when they can: the one rule for clusters and their pools.
+// Proxmox hypervisors take them through CAPMOX; libvirt hosts through
+// labctl's own libvirt provider, which runs in the management cluster and
+// so reaches a host over the network only.
 func ClustersOn(h *Hypervisor) string {
-	if h.Proxmox == nil {
-		return fmt.Sprintf("%s is a libvirt host, and workload clusters run on Proxmox VE (CAPMOX) only for now ('cluster create' would refuse it); name a Proxmox hypervisor", h.Name)
+	if h.Libvirt == nil || h.Proxmox != nil {
+		return ""
+	}
+	if u, err := url.Parse(h.Libvirt.URI); err != nil || (u.Scheme != "qemu+ssh" && u.Scheme != "qemu+tls") {
+		return fmt.Sprintf("%s is reached at %q, but cluster machines on libvirt hosts are made by labctl's libvirt provider in the management cluster, which reaches a host over qemu+ssh:// or qemu+tls:// only; give hypervisors[%s].libvirt.uri the host's remote URI, e.g. qemu+ssh://root@kvm1.lan/system", h.Name, redact.URL(h.Libvirt.URI), h.Name)
 	}
 	return ""
 }
@@ -621,8 +624,11 @@ func (v *validator) clusters(p *field.Path) {
 				h = nil
 			}
 		}
-		if h != nil && len(h.Proxmox.Nodes) > 0 {
+		switch {
+		case h != nil && h.Proxmox != nil && len(h.Proxmox.Nodes) > 0:
 			v.allowedNodes(cp, c, h)
+		case h != nil && h.Proxmox == nil && len(c.AllowedNodes) > 0:
+			v.add(cp.Child("allowedNodes"), "is only for Proxmox hypervisors; %s is a libvirt host, drop allowedNodes", h.Name)
 		}
 		versionOK := v.kubeVersion(cp.Child("kubernetesVersion"), c.KubernetesVersion)
 
@@ -634,17 +640,7 @@ func (v *validator) clusters(p *field.Path) {
 			v.add(cp.Child("controlPlane", "replicas"), "must be an odd number (1, 3 or 5) so etcd keeps quorum, got %d", r)
 		}
 		v.size(cp.Child("controlPlane", "size"), c.ControlPlane.Size, 2, 2<<30)
-		w := c.Workers
-		if w.Min < 0 {
-			v.add(cp.Child("workers", "min"), "must be 0 or more, got %d", w.Min)
-		}
-		if w.Max < w.Min {
-			v.add(cp.Child("workers", "max"), "must be >= workers.min (%d), got %d", w.Min, w.Max)
-		} else if w.Max < 1 {
-			v.add(cp.Child("workers", "max"), "must be at least 1 so the autoscaler can add a worker, got %d", w.Max)
-		}
-		v.size(cp.Child("workers", "size"), w.Size, 1, 1<<30)
-		v.workerLabels(cp.Child("workers"), w)
+		maxWorkers := v.pools(cp, c, h)
 		v.autoscaler(cp.Child("autoscaler"), c.Autoscaler)
 
 		// Addresses: the VIP, the node range, pod and service CIDRs.
@@ -662,8 +658,8 @@ func (v *validator) clusters(p *field.Path) {
 		rp := cp.Child("nodeIPRange")
 		rng, rngOK := v.ipRange(rp, c.NodeIPRange)
 		if rngOK {
-			if need := w.Max + r; rng.size() < need {
-				v.add(rp, "holds %d addresses, but workers.max (%d) + controlPlane.replicas (%d) need %d; widen the range", rng.size(), w.Max, r, need)
+			if need := maxWorkers + r; rng.size() < need {
+				v.add(rp, "holds %d addresses, but %s (%d) + controlPlane.replicas (%d) need %d; widen the range", rng.size(), maxWhat(c), maxWorkers, r, need)
 			}
 			if vipOK && rng.contains(vip) {
 				v.add(cp.Child("controlPlane", "endpoint"), "%s is inside nodeIPRange %s; the VIP must be outside the range nodes get their addresses from", vip, c.NodeIPRange)
@@ -892,7 +888,14 @@ func (v *validator) lanAddresses(cp *field.Path, pod, svc netip.Prefix) {
 func (v *validator) template(cp *field.Path, c *Cluster, h *Hypervisor, versionOK bool) {
 	p := cp.Child("template")
 	t := c.Template
+	// By kind, even when the hypervisor was refused for clusters above.
+	if k := v.hvs[c.Hypervisor]; k != nil && k.Proxmox == nil && k.Libvirt != nil {
+		v.volumeTemplate(p, t, k.Name)
+		return
+	}
 	switch {
+	case t.Volume != "":
+		v.add(p.Child("volume"), "is for clusters on libvirt hosts; %s is a Proxmox hypervisor, so drop volume and use image or templateID", c.Hypervisor)
 	case t.Image != "" && (t.TemplateID != 0 || t.SourceNode != ""):
 		v.add(p, "sets image and templateID/sourceNode; use one: image finds the template by its tags")
 	case t.Image != "":
@@ -944,9 +947,10 @@ func (v *validator) scaleTest(p *field.Path) {
 	cpu, cpuOK := v.quantity(p.Child("workload", "cpu"), st.Workload.CPU, "1500m or 2")
 	mem, memOK := v.quantity(p.Child("workload", "memory"), st.Workload.Memory, "512Mi")
 	// An inflate pod bigger than a whole worker never schedules, so the
-	// autoscaler never scales up and the test cannot pass.
+	// autoscaler never scales up and the test cannot pass. scale-test
+	// drives a cluster's first pool.
 	for i, c := range v.lab.Clusters {
-		w := c.Workers.Size
+		w := c.WorkerPools()[0].Size
 		if cpuOK && w.CPUs > 0 && cpu.MilliValue() > int64(w.CPUs)*1000 {
 			v.add(p.Child("workload", "cpu"), "%s is more than a worker of clusters[%d] (%s) has: %d vCPUs; the pods could never run, so the autoscaler would never add a worker", st.Workload.CPU, i, c.Name, w.CPUs)
 		}

@@ -295,9 +295,18 @@ func mebibytes(q string) int {
 // itself (named <cluster>-...) are left out, so a running cluster is not
 // counted twice; the management VM is counted even before it exists.
 func Fit(lab *config.Lab, h config.Hypervisor, c config.Cluster, caps []hypervisor.NodeCapacity, vms []hypervisor.VM) ClusterFit {
+	// The workers of the cluster's first pool on h (pools on KVM hosts
+	// take no Proxmox memory); none when every pool is elsewhere.
+	var w config.Pool
+	for _, p := range c.WorkerPools() {
+		if len(p.Hypervisors) > 0 && p.Hypervisors[0] == h.Name {
+			w = p
+			break
+		}
+	}
 	f := ClusterFit{Cluster: c.Name, Hypervisor: h.Name, MemoryAdjustment: c.MemoryAdjustment,
 		ControlPlanes: c.ControlPlane.Replicas, ControlPlaneMiB: mebibytes(c.ControlPlane.Size.Memory),
-		WorkerMiB: mebibytes(c.Workers.Size.Memory), WantMaxWorkers: c.Workers.Max}
+		WorkerMiB: mebibytes(w.Size.Memory), WantMaxWorkers: w.Max}
 	allowed := c.AllowedNodes
 	if len(allowed) == 0 {
 		for _, n := range h.Proxmox.Nodes {

@@ -140,7 +140,10 @@ type NetworkSpec struct {
 type CloudInit struct {
 	// InstanceID is meta-data's instance-id; empty derives one from the
 	// data (cloudinit.InstanceID), so new data makes cloud-init run again.
-	InstanceID    string
+	InstanceID string
+	// ProviderID, when set, is meta-data's provider-id: what the node's
+	// kubelet registers as its spec.providerID.
+	ProviderID    string
 	Hostname      string
 	User          string
 	SSHKeys       []string

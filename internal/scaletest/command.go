@@ -44,10 +44,12 @@ func Command(ctx context.Context, o CommandOptions) error {
 	if err != nil {
 		return err
 	}
+	// The cluster's first pool: the one config checks the workload against.
+	pool := c.WorkerPools()[0]
 	so := Options{
 		IO: o.IO, Cluster: c.Name, Config: o.Lab.ScaleTest, Scenario: o.Scenario, Chart: o.Chart,
-		MgmtNamespace: clusterapi.Namespace(c.Name), MachineDeployment: clusterapi.MachineDeploymentName(c.Name),
-		PodsPerWorker: PodsPerWorker(c.Workers.Size.CPUs, o.Lab.ScaleTest.Workload),
+		MgmtNamespace: clusterapi.Namespace(c.Name), MachineDeployment: clusterapi.PoolMachineDeploymentName(c.Name, pool.Name),
+		PodsPerWorker: PodsPerWorker(pool.Size.CPUs, o.Lab.ScaleTest.Workload),
 	}
 	if o.DryRun {
 		lines, err := Plan(so)

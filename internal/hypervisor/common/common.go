@@ -114,7 +114,7 @@ func SeedISO(name string, ci hypervisor.CloudInit) ([]byte, error) {
 	if id == "" {
 		id = cloudinit.InstanceID(name, ci.UserData, ci.NetworkConfig)
 	}
-	md, err := cloudinit.MetaData(id, host)
+	md, err := cloudinit.MetaDataWithProviderID(id, host, ci.ProviderID)
 	if err != nil {
 		return nil, fmt.Errorf("VM %s: %w", name, err)
 	}

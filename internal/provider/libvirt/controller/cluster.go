@@ -47,6 +47,11 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	cluster, err := ownerCluster(ctx, r.Client, lc)
+	if err == nil && cluster == nil {
+		// A pool's LibvirtCluster gets no owner: its Cluster is the one
+		// its label names.
+		cluster, err = labelledCluster(ctx, r.Client, lc)
+	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}

@@ -92,7 +92,7 @@ func (r *MachineReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if machine != nil {
 		clusterName = machine.Spec.ClusterName
 	}
-	cluster, lc, err := clusterOf(ctx, r.Client, lm.Namespace, clusterName)
+	cluster, lc, err := clusterOf(ctx, r.Client, lm.Namespace, clusterName, lm.Annotations[v1alpha1.ClusterAnnotation])
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -147,10 +147,16 @@ func (m *machineScope) condition(ok bool, reason, format string, args ...any) {
 
 func (r *MachineReconciler) reconcileNormal(ctx context.Context, m *machineScope) (reconcile.Result, error) {
 	if m.lc == nil {
+		if n := m.lm.Annotations[v1alpha1.ClusterAnnotation]; n != "" {
+			m.condition(false, v1alpha1.WaitingForClusterInfrastructureReason, "LibvirtCluster %s (annotation %s) does not exist yet", n, v1alpha1.ClusterAnnotation)
+			return reconcile.Result{}, nil
+		}
 		m.condition(false, v1alpha1.WaitingForClusterInfrastructureReason, "the Cluster's LibvirtCluster does not exist yet")
 		return reconcile.Result{}, nil
 	}
-	if !ptr.Deref(m.cluster.Status.Initialization.InfrastructureProvisioned, false) {
+	// A LibvirtCluster the Cluster does not reference reports its own
+	// provisioned flag; the Cluster's infrastructure must be up as well.
+	if m.cluster == nil || !ptr.Deref(m.cluster.Status.Initialization.InfrastructureProvisioned, false) || !ptr.Deref(m.lc.Status.Initialization.Provisioned, false) {
 		m.condition(false, v1alpha1.WaitingForClusterInfrastructureReason, "waiting for LibvirtCluster %s to be provisioned", m.lc.Name)
 		return reconcile.Result{}, nil
 	}
@@ -229,6 +235,9 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, m *machineScope
 			Network: hypervisor.NetworkSpec{MAC: hypervisor.StableMAC(m.lab, name)},
 			CloudInit: hypervisor.CloudInit{
 				InstanceID: string(m.lm.UID), Hostname: name, UserData: userData, NetworkConfig: netcfg,
+				// The kubelet registers the providerID set below (labctl's
+				// KubeadmConfigs read it), so the Node matches the Machine.
+				ProviderID: ProviderID(h.spec.Name, string(m.lm.UID)),
 			},
 			Tags: []string{"cluster-api"},
 		}

@@ -192,6 +192,7 @@ func (rs *Reconcilers) watch(ctx context.Context, informers cache.Cache, c clien
 		{machines, &ipamv1.IPAddressClaim{}, ownerOfKind("LibvirtMachine")},
 		{machines, &clusterv1.Machine{}, machineToLibvirtMachine},
 		{machines, &clusterv1.Cluster{}, clusterToLibvirtMachines(c)},
+		{machines, &v1alpha1.LibvirtCluster{}, libvirtClusterToLibvirtMachines(c)},
 		{clusters, &v1alpha1.LibvirtCluster{}, self},
 		{clusters, &clusterv1.Cluster{}, clusterToLibvirtCluster},
 		{templates, &v1alpha1.LibvirtMachineTemplate{}, self},
@@ -328,6 +329,25 @@ func clusterToLibvirtCluster(_ context.Context, o client.Object) []reconcile.Req
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: cl.Namespace, Name: ref.Name}}}
+}
+
+// libvirtClusterToLibvirtMachines maps a LibvirtCluster the Cluster does
+// not reference to the LibvirtMachines naming it (ClusterAnnotation):
+// they wait for it to be provisioned, which no Cluster change reports.
+func libvirtClusterToLibvirtMachines(c client.Client) mapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var list v1alpha1.LibvirtMachineList
+		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingLabels{clusterv1.ClusterNameLabel: o.GetLabels()[clusterv1.ClusterNameLabel]}); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, lm := range list.Items {
+			if lm.Annotations[v1alpha1.ClusterAnnotation] == o.GetName() {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: lm.Namespace, Name: lm.Name}})
+			}
+		}
+		return out
+	}
 }
 
 // clusterToLibvirtMachines maps a Cluster to its LibvirtMachines: they

@@ -60,9 +60,12 @@ func groupOf(apiVersion string) string {
 }
 
 // clusterOf is the named Cluster and its LibvirtCluster; either is nil
-// when missing. With the Cluster gone (a deletion), the LibvirtCluster is
-// found by the cluster-name label Cluster API put on it.
-func clusterOf(ctx context.Context, c client.Client, ns, name string) (*clusterv1.Cluster, *v1alpha1.LibvirtCluster, error) {
+// when missing. lcName, from a machine's ClusterAnnotation, names the
+// LibvirtCluster when it is not the Cluster's infrastructure (a pool on
+// KVM hosts of a cluster on Proxmox). With the Cluster gone (a deletion),
+// the LibvirtCluster is found by the cluster-name label Cluster API put on
+// it.
+func clusterOf(ctx context.Context, c client.Client, ns, name, lcName string) (*clusterv1.Cluster, *v1alpha1.LibvirtCluster, error) {
 	if name == "" {
 		return nil, nil, nil
 	}
@@ -73,6 +76,17 @@ func clusterOf(ctx context.Context, c client.Client, ns, name string) (*clusterv
 		cluster = nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("reading Cluster %s: %w", name, err)
+	}
+	if lcName != "" {
+		lc := &v1alpha1.LibvirtCluster{}
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: lcName}, lc)
+		if apierrors.IsNotFound(err) {
+			return cluster, nil, nil
+		}
+		if err != nil {
+			return cluster, nil, fmt.Errorf("reading LibvirtCluster %s (annotation %s): %w", lcName, v1alpha1.ClusterAnnotation, err)
+		}
+		return cluster, lc, nil
 	}
 	if cluster != nil {
 		ref := cluster.Spec.InfrastructureRef
@@ -97,6 +111,28 @@ func clusterOf(ctx context.Context, c client.Client, ns, name string) (*clusterv
 		return nil, nil, nil
 	}
 	return nil, &list.Items[0], nil
+}
+
+// labelledCluster is the Cluster a LibvirtCluster names in its
+// cluster-name label when that Cluster does not reference it: a pool's
+// hosts, which Cluster API neither owns nor looks at. Nil otherwise.
+func labelledCluster(ctx context.Context, c client.Client, lc *v1alpha1.LibvirtCluster) (*clusterv1.Cluster, error) {
+	name := lc.Labels[clusterv1.ClusterNameLabel]
+	if name == "" {
+		return nil, nil
+	}
+	cl := &clusterv1.Cluster{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: lc.Namespace, Name: name}, cl)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading Cluster %s: %w", name, err)
+	}
+	if ref := cl.Spec.InfrastructureRef; ref.Kind == "LibvirtCluster" && ref.APIGroup == v1alpha1.GroupVersion.Group && ref.Name == lc.Name {
+		return nil, nil // its own: the Cluster controller sets the owner
+	}
+	return cl, nil
 }
 
 // hasPaused says whether obj carries Cluster API's paused annotation.

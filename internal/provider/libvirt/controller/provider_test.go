@@ -322,6 +322,9 @@ type workloadSpec struct {
 	replicas  int32
 	// failureDomain pins the pool's machines to a host.
 	failureDomain string
+	// libvirtCluster names the pool's LibvirtCluster in its template
+	// (v1alpha1.ClusterAnnotation), when not the Cluster's.
+	libvirtCluster string
 }
 
 const bootstrapData = "#cloud-config\nwrite_files:\n- path: /run/labctl-marker\n  content: provisioned by labctl's libvirt provider\n"
@@ -417,9 +420,14 @@ func (bd *bed) addPool(t *testing.T, w *workload, name string, ws workloadSpec) 
 	if ws.volume == "" {
 		ws.volume = imageVolume
 	}
+	var meta clusterv1.ObjectMeta
+	if ws.libvirtCluster != "" {
+		meta.Annotations = map[string]string{v1alpha1.ClusterAnnotation: ws.libvirtCluster}
+	}
 	if err := bd.c.Create(ctx, &v1alpha1.LibvirtMachineTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name},
 		Spec: v1alpha1.LibvirtMachineTemplateSpec{Template: v1alpha1.LibvirtMachineTemplateResource{
+			ObjectMeta: meta,
 			Spec: v1alpha1.LibvirtMachineSpec{
 				CPUs: 2, MemoryMiB: ws.memoryMiB, DiskGiB: 2,
 				Image:      v1alpha1.ImageVolume{Pool: imagePool, Volume: ws.volume},
@@ -670,6 +678,69 @@ func TestMachineDeploymentOnLibvirt(t *testing.T) {
 	if err := bd.c.List(ctx, &lcs, client.InNamespace(ns)); err != nil || len(lcs.Items) != 0 {
 		t.Errorf("LibvirtClusters left: %d (%v)", len(lcs.Items), err)
 	}
+}
+
+// A pool whose hosts are not the Cluster's infrastructure (labctl's KVM
+// pool of a cluster on Proxmox): its template names a LibvirtCluster the
+// Cluster does not reference. That LibvirtCluster, which Cluster API
+// neither owns nor reconciles, is provisioned for the Cluster its label
+// names; the pool's machines go on its hosts, not the Cluster's; each
+// seed's meta-data carries the providerID the kubelet registers. Deleting
+// the Cluster removes the machines, and then the LibvirtCluster can go.
+func TestPoolOnHostsTheClusterDoesNotReference(t *testing.T) {
+	bd := startBed(t)
+	ctx := t.Context()
+	ns := "pool"
+	w := bd.newWorkload(t, ns, workloadSpec{addresses: []string{"10.213.0.30-10.213.0.39"}, replicas: 0})
+	// host-k is the same libvirtd under another name: where a machine
+	// lands says whose hosts it was given.
+	poolLC := &v1alpha1.LibvirtCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lab1-kvm", Labels: map[string]string{clusterv1.ClusterNameLabel: w.name}},
+		Spec: v1alpha1.LibvirtClusterSpec{
+			Hosts:            []v1alpha1.LibvirtHost{bd.host(t, ns, "host-k", bd.d)},
+			Network:          v1alpha1.NetworkSpec{Network: "default", DNSServers: []string{"10.213.0.1"}},
+			IPPool:           v1alpha1.IPPoolReference{Kind: "InClusterIPPool", Name: "nodes"},
+			MemoryAdjustment: memoryAdjustment,
+		},
+	}
+	if err := bd.c.Create(ctx, poolLC); err != nil {
+		t.Fatal(err)
+	}
+	bd.addPool(t, w, "kvm", workloadSpec{replicas: 1, libvirtCluster: poolLC.Name})
+
+	eventually(t, "LibvirtCluster lab1-kvm provisioned without an owner", 60*time.Second, func() (bool, string) {
+		var lc v1alpha1.LibvirtCluster
+		if err := bd.c.Get(ctx, client.ObjectKeyFromObject(poolLC), &lc); err != nil {
+			return false, err.Error()
+		}
+		return ptr.Deref(lc.Status.Initialization.Provisioned, false) && len(lc.OwnerReferences) == 0,
+			fmt.Sprintf("owners %v, %s", lc.OwnerReferences, condition(lc.Status.Conditions, v1alpha1.ReadyCondition))
+	})
+	lm := bd.machineOn(t, ns, "kvm", "host-k")
+	if want := "libvirt://host-k/" + string(lm.UID); lm.Spec.ProviderID != want {
+		t.Errorf("providerID %q, want %q", lm.Spec.ProviderID, want)
+	}
+	if md := bd.seeds.files(t, "host-k", lm.Name+"-seed.iso")["meta-data"]; !strings.Contains(md, "provider-id: "+lm.Spec.ProviderID) {
+		t.Errorf("meta-data = %q; want provider-id %s for the kubelet", md, lm.Spec.ProviderID)
+	}
+
+	if err := bd.c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w.name}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Cluster gone", 120*time.Second, func() (bool, string) {
+		err := bd.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: w.name}, &clusterv1.Cluster{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	if doms := bd.domains(t, ns); len(doms) != 0 {
+		t.Errorf("domains left after the Cluster's deletion: %+v", doms)
+	}
+	if err := bd.c.Delete(ctx, poolLC); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "LibvirtCluster lab1-kvm gone", 60*time.Second, func() (bool, string) {
+		err := bd.c.Get(ctx, client.ObjectKeyFromObject(poolLC), &v1alpha1.LibvirtCluster{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
 }
 
 // volumes lists the image pool's volumes on the libvirtd.

@@ -260,7 +260,7 @@ func hasTaint(n *corev1.Node, key string) bool {
 	return false
 }
 
-func get(ctx context.Context, t *testing.T, cl client.Client, group, kind, ns, name string) *unstructured.Unstructured {
+func get(ctx context.Context, t testing.TB, cl client.Client, group, kind, ns, name string) *unstructured.Unstructured {
 	t.Helper()
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(schema.GroupVersionKind{Group: group, Version: "v1beta2", Kind: kind})
@@ -383,11 +383,15 @@ func bootBox(t testing.TB) *bootEnv {
 // installs Cilium (the stand-in chart from the offline folder, with the
 // Helm SDK) and applies the autoscaler. What 'labctl mgmt install' leaves
 // for the autoscaler to bind to, the shared ClusterRole, comes from
-// labctl's own rendered stack.
+// labctl's own rendered stack. Then lab1 gains a second pool on a KVM host
+// (labctl's own libvirt provider), which the real autoscaler raises from
+// zero for pods only it can hold (kvmPoolFromZero), and delete removes
+// that pool's objects too.
 func TestLab1ClusterCreate(t *testing.T) { lab1Lifecycle(t) }
 
 // lab1Lifecycle is TestLab1ClusterCreate's run, shared with
-// BenchmarkLab1ScaleTest: create, the autoscaler, scale-test all, delete.
+// BenchmarkLab1ScaleTest: create, the autoscaler, scale-test all, the KVM
+// pool from zero, delete.
 // It returns scale-test's report.
 func lab1Lifecycle(t testing.TB) *scaletest.Report {
 	e := bootBox(t)
@@ -396,6 +400,9 @@ func lab1Lifecycle(t testing.TB) *scaletest.Report {
 	pins := versions.MustGet()
 	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 	defer cancel()
+	// labctl's own libvirt provider, for the KVM pool added at the end;
+	// installed first, so the autoscaler finds its API group served.
+	startLibvirtProvider(ctx, t, e)
 
 	cs, err := components.Build(lab, pins, components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	if err != nil {
@@ -494,6 +501,9 @@ func lab1Lifecycle(t testing.TB) *scaletest.Report {
 		}
 	}
 
+	// A second pool, on a KVM host, raised from zero by the same autoscaler.
+	kvmPoolFromZero(ctx, t, e, opts, wcs, as)
+
 	// labctl cluster delete lab1 --yes leaves nothing of lab1 behind.
 	errb.Reset()
 	if err := cluster.Delete(ctx, cluster.DeleteOptions{Options: opts, Yes: true}); err != nil {
@@ -560,6 +570,14 @@ func nothingLeft(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab)
 	}
 	if a := list("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"); len(a) > 0 {
 		t.Errorf("IPAddresses left after delete: %v", a)
+	}
+	// Cluster API owns neither the KVM pool's LibvirtCluster nor its
+	// LibvirtMachines' hosts' Secret: labctl's delete removes them.
+	if lc := list("infrastructure.labctl.dev", "v1alpha1", "LibvirtCluster"); len(lc) > 0 {
+		t.Errorf("LibvirtClusters left after delete: %v", lc)
+	}
+	if lm := list("infrastructure.labctl.dev", "v1alpha1", "LibvirtMachine"); len(lm) > 0 {
+		t.Errorf("LibvirtMachines left after delete: %v", lm)
 	}
 	for _, v := range e.fake.VMs() {
 		if v.ID != lab.Management.VMID && v.ID != templateID {

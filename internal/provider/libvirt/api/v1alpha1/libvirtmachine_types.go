@@ -10,6 +10,14 @@ import (
 // domain, volumes and address claim are gone.
 const MachineFinalizer = "infrastructure.labctl.dev/libvirtmachine"
 
+// ClusterAnnotation on a LibvirtMachine names the LibvirtCluster whose
+// hosts it goes on, in its namespace, when that is not the one the
+// Cluster's infrastructureRef names: a pool on KVM hosts of a cluster
+// whose infrastructure is a ProxmoxCluster (or another LibvirtCluster).
+// A LibvirtMachineTemplate carries it in spec.template.metadata, which
+// Cluster API copies onto each machine it makes.
+const ClusterAnnotation = "infrastructure.labctl.dev/libvirt-cluster"
+
 // LibvirtMachineSpec is one VM's size and disks.
 type LibvirtMachineSpec struct {
 	// providerID is libvirt://<host>/<domain uuid>; the controller sets it.

@@ -1,0 +1,160 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// maxVolumeName bounds template.volume: the provider's
+// LibvirtMachineTemplate takes at most 253 characters there.
+const maxVolumeName = 253
+
+// pools checks the cluster's worker pools (workers, or pools) and returns
+// how many workers they may reach together, for the node range.
+func (v *validator) pools(cp *field.Path, c *Cluster, h *Hypervisor) int {
+	if len(c.Pools) == 0 {
+		v.workers(cp.Child("workers"), c.Workers)
+		return c.Workers.Max
+	}
+	if w := c.Workers; w.Min != 0 || w.Max != 0 || w.Size != (Size{}) || len(w.Labels) > 0 || len(w.Taints) > 0 {
+		v.add(cp.Child("workers"), "is set together with pools; a cluster has either workers (one pool) or pools: move it into pools as '- name: %s' or drop it", DefaultPool)
+	}
+	total := 0
+	names := map[string]int{}
+	for j := range c.Pools {
+		p := &c.Pools[j]
+		pp := cp.Child("pools").Index(j)
+		v.name(pp.Child("name"), p.Name)
+		if k, dup := names[p.Name]; dup && p.Name != "" {
+			v.add(pp.Child("name"), "%q is also the name of pools[%d]; each pool needs its own name", p.Name, k)
+		} else {
+			names[p.Name] = j
+		}
+		// The MachineDeployment <cluster>-<pool> is a label value too.
+		if md := c.Name + "-" + p.Name; len(md) > 63 && dnsLabel.MatchString(p.Name) {
+			v.add(pp.Child("name"), "makes the MachineDeployment name %s, %d characters; shorten the pool or cluster name to at most 63 together", md, len(md))
+		}
+		v.workers(pp, p.Workers())
+		v.poolHypervisors(pp, c, h, p)
+		total += p.Max
+	}
+	return total
+}
+
+// workers checks a pool's bounds, size, labels and taints.
+func (v *validator) workers(p *field.Path, w Workers) {
+	if w.Min < 0 {
+		v.add(p.Child("min"), "must be 0 or more, got %d", w.Min)
+	}
+	if w.Max < w.Min {
+		v.add(p.Child("max"), "must be >= %s.min (%d), got %d", lastName(p.String()), w.Min, w.Max)
+	} else if w.Max < 1 {
+		v.add(p.Child("max"), "must be at least 1 so the autoscaler can add a worker, got %d", w.Max)
+	}
+	v.size(p.Child("size"), w.Size, 1, 1<<30)
+	v.workerLabels(p, w)
+}
+
+// poolHypervisors checks where a pool's machines go: the cluster's own
+// Proxmox hypervisor (CAPMOX places them through the cluster's
+// ProxmoxCluster), or libvirt hosts that share one storage pool and one
+// network, because the pool's LibvirtCluster and machine template name
+// one of each.
+func (v *validator) poolHypervisors(pp *field.Path, c *Cluster, ch *Hypervisor, p *Pool) {
+	hp := pp.Child("hypervisors")
+	if len(p.Hypervisors) == 0 {
+		return // the cluster's hypervisor is missing: reported at clusters[].hypervisor
+	}
+	var libvirts []*Hypervisor
+	seen := map[string]int{}
+	proxmox := false
+	for k, name := range p.Hypervisors {
+		ip := hp.Index(k)
+		if first, dup := seen[name]; dup {
+			v.add(ip, "%s is listed twice (also hypervisors[%d])", name, first)
+			continue
+		}
+		seen[name] = k
+		h := v.placement(ip, nil, name, "")
+		if h == nil {
+			continue
+		}
+		if why := ClustersOn(h); why != "" {
+			v.add(ip, "%s", why)
+			continue
+		}
+		if h.Proxmox != nil {
+			proxmox = true
+			if name != c.Hypervisor || ch == nil || ch.Proxmox == nil {
+				v.add(ip, "%s is a Proxmox hypervisor, and a pool runs on Proxmox only as the cluster's own hypervisor (CAPMOX places machines through the cluster's ProxmoxCluster); name %s or libvirt hosts", name, orExample(clusterProxmox(c, ch), "the cluster's Proxmox hypervisor"))
+			}
+			continue
+		}
+		libvirts = append(libvirts, h)
+	}
+	switch {
+	case proxmox && len(libvirts) > 0:
+		v.add(hp, "mixes Proxmox and libvirt hosts; a pool runs on one kind: make two pools")
+	case len(libvirts) > 0:
+		base := libvirts[0].Libvirt
+		for _, h := range libvirts[1:] {
+			if l := h.Libvirt; l.StoragePool != base.StoragePool || l.Network != base.Network || l.Bridge != base.Bridge {
+				v.add(hp, "%s and %s differ in storagePool, network or bridge (%s vs %s); the pool's machine template and LibvirtCluster name one of each, so list only hosts that share them, or make two pools",
+					libvirts[0].Name, h.Name, hostPlace(base), hostPlace(l))
+				break
+			}
+		}
+	}
+	tp := pp.Child("template")
+	switch {
+	case len(libvirts) > 0 && !proxmox:
+		t := c.PoolTemplate(*p)
+		if p.Template == nil && t.Volume == "" {
+			v.add(tp, "is required for a pool on libvirt hosts: set template.volume, the node image volume in storage pool %s of each host", libvirts[0].Libvirt.StoragePool)
+			return
+		}
+		v.volumeTemplate(tp, t, libvirts[0].Name)
+	case p.Template != nil:
+		v.add(tp, "is for pools on libvirt hosts; a Proxmox pool clones the cluster's template, so drop it")
+	}
+}
+
+// clusterProxmox is the cluster's hypervisor when it is a Proxmox one.
+func clusterProxmox(c *Cluster, h *Hypervisor) string {
+	if h != nil && h.Proxmox != nil {
+		return c.Hypervisor
+	}
+	return ""
+}
+
+func hostPlace(l *Libvirt) string {
+	at := "bridge " + l.Bridge
+	if l.Network != "" {
+		at = "network " + l.Network
+	}
+	return "pool " + l.StoragePool + ", " + at
+}
+
+// volumeTemplate checks a node image on libvirt hosts: a volume name, and
+// none of the Proxmox ways.
+func (v *validator) volumeTemplate(p *field.Path, t Template, host string) {
+	if t.Image != "" || t.TemplateID != 0 || t.SourceNode != "" {
+		v.add(p, "sets image, templateID or sourceNode, which find Proxmox templates; on libvirt host %s the node image is template.volume, a volume in the host's storage pool", host)
+	}
+	switch {
+	case t.Volume == "":
+		v.add(p.Child("volume"), "is required on libvirt host %s: the node image volume in its storage pool, e.g. ubuntu-2404-kube-v1.35.4.qcow2", host)
+	case len(t.Volume) > maxVolumeName || strings.ContainsAny(t.Volume, "/ \t\n") || t.Volume == "." || t.Volume == "..":
+		v.add(p.Child("volume"), "%q is not a volume name: a file name in the storage pool (no '/' or spaces, at most %d characters), e.g. ubuntu-2404-kube-v1.35.4.qcow2", t.Volume, maxVolumeName)
+	}
+}
+
+// maxWhat names what the node range must hold workers for.
+func maxWhat(c *Cluster) string {
+	if len(c.Pools) == 0 {
+		return "workers.max"
+	}
+	return fmt.Sprintf("the pools' max together (%d pools)", len(c.Pools))
+}
