@@ -141,14 +141,15 @@ func (r *renderer) libvirtMachineTemplate(role string, size config.Size, t confi
 	if err != nil {
 		return nil, err
 	}
-	if t.Volume == "" {
-		return nil, fmt.Errorf("cluster %s: %s on libvirt host %s has no template.volume; name the node image volume", r.c.Name, role, host.Name)
+	volume := r.in.Lab.NodeVolume(t)
+	if volume == "" {
+		return nil, fmt.Errorf("cluster %s: %s on libvirt host %s has no node image; set template.image (a libvirt image under images) or template.volume", r.c.Name, role, host.Name)
 	}
 	res := libvirtv1.LibvirtMachineTemplateResource{Spec: libvirtv1.LibvirtMachineSpec{
 		CPUs:      int32(size.CPUs),
 		MemoryMiB: int32(mem.Value() >> 20),
 		DiskGiB:   int32((disk.Value() + 1<<30 - 1) >> 30),
-		Image:     libvirtv1.ImageVolume{Pool: host.Libvirt.StoragePool, Volume: t.Volume},
+		Image:     libvirtv1.ImageVolume{Pool: host.Libvirt.StoragePool, Volume: volume},
 	}}
 	if cluster != "" {
 		res.ObjectMeta.Annotations = map[string]string{libvirtv1.ClusterAnnotation: cluster}

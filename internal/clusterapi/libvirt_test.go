@@ -143,3 +143,16 @@ func TestLibvirtCluster(t *testing.T) {
 		t.Errorf("%d credentials Secrets, want one per host (2)", len(r.Credentials))
 	}
 }
+
+// A KVM pool whose template names the libvirt image 'image build' uploads
+// boots from that image's volume, <image>-<kubernetesVersion>.qcow2, the
+// name the upload gives it.
+func TestKVMPoolBootsTheBuiltImage(t *testing.T) {
+	lab := load(t, "../config/testdata/valid/mixed-pools-image.yaml")
+	r := render(t, lab, "lab1")
+	_, ktmpl := mdOf(t, r, "kvm")
+	img := field(t, ktmpl, "spec", "template", "spec", "image").(map[string]any)
+	if img["volume"] != "ubuntu-kvm-v1.35.4.qcow2" || img["pool"] != "default" {
+		t.Errorf("the KVM pool's image = %v, want volume ubuntu-kvm-v1.35.4.qcow2 in pool default", img)
+	}
+}

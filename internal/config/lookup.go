@@ -38,3 +38,16 @@ func find[T any](items []T, nameOf func(*T) string, what, list, name string) (*T
 	}
 	return nil, fmt.Errorf("%s %q is not in the lab config; it has: %s", what, name, strings.Join(have, ", "))
 }
+
+// NodeVolume is the node image volume a template on libvirt hosts boots
+// from: template.volume, or the volume 'image build' uploads the libvirt
+// image template.image names as. Validation has checked the image.
+func (l *Lab) NodeVolume(t Template) string {
+	if t.Volume != "" || t.Image == "" {
+		return t.Volume
+	}
+	if img, err := l.Image(t.Image); err == nil {
+		return img.VolumeName()
+	}
+	return ""
+}

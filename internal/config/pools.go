@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -111,11 +112,11 @@ func (v *validator) poolHypervisors(pp *field.Path, c *Cluster, ch *Hypervisor, 
 	switch {
 	case len(libvirts) > 0 && !proxmox:
 		t := c.PoolTemplate(*p)
-		if p.Template == nil && t.Volume == "" {
-			v.add(tp, "is required for a pool on libvirt hosts: set template.volume, the node image volume in storage pool %s of each host", libvirts[0].Libvirt.StoragePool)
+		if p.Template == nil && (ch == nil || ch.Proxmox != nil) {
+			v.add(tp, "is required for a pool on libvirt hosts: set template.image (a libvirt image under images) or template.volume, the node image volume in storage pool %s of each host", libvirts[0].Libvirt.StoragePool)
 			return
 		}
-		v.volumeTemplate(tp, t, libvirts[0].Name)
+		v.volumeTemplate(tp, t, c, libvirts)
 	case p.Template != nil:
 		v.add(tp, "is for pools on libvirt hosts; a Proxmox pool clones the cluster's template, so drop it")
 	}
@@ -137,18 +138,48 @@ func hostPlace(l *Libvirt) string {
 	return "pool " + l.StoragePool + ", " + at
 }
 
-// volumeTemplate checks a node image on libvirt hosts: a volume name, and
-// none of the Proxmox ways.
-func (v *validator) volumeTemplate(p *field.Path, t Template, host string) {
-	if t.Image != "" || t.TemplateID != 0 || t.SourceNode != "" {
-		v.add(p, "sets image, templateID or sourceNode, which find Proxmox templates; on libvirt host %s the node image is template.volume, a volume in the host's storage pool", host)
+// volumeTemplate checks a node image on libvirt hosts: template.volume, or
+// template.image naming a libvirt image that 'image build' uploads to
+// every one of hosts; none of the Proxmox ways.
+func (v *validator) volumeTemplate(p *field.Path, t Template, c *Cluster, hosts []*Hypervisor) {
+	host := hosts[0].Name
+	if t.TemplateID != 0 || t.SourceNode != "" {
+		v.add(p, "sets templateID or sourceNode, which find Proxmox templates; on libvirt host %s the node image is template.image (a libvirt image under images) or template.volume, a volume in the host's storage pool", host)
+	}
+	if t.Image != "" {
+		if t.Volume != "" {
+			v.add(p, "sets image and volume; use one: image names the volume 'image build' uploads (%s)", orExample(v.imageVolume(t.Image), "<image>-<kubernetesVersion>.qcow2"))
+			return
+		}
+		img := v.image(t.Image)
+		if img == nil {
+			v.add(p.Child("image"), "unknown image %q; add it under images (with hosts %s) or set template.volume", t.Image, host)
+			return
+		}
+		for _, h := range hosts {
+			if !slices.Contains(img.Hosts, h.Name) {
+				v.add(p.Child("image"), "image %q is not uploaded to libvirt host %s (its hosts: %s); add %s to images[%s].hosts, or build an image there", t.Image, h.Name, strings.Join(img.Hosts, ", "), h.Name, t.Image)
+				return
+			}
+		}
+		if img.KubernetesVersion != c.KubernetesVersion {
+			v.add(p.Child("image"), "image %q is Kubernetes %s but the cluster runs %s; the nodes' kubelet and kubeadm come from the image, so set both to the same version", t.Image, img.KubernetesVersion, c.KubernetesVersion)
+		}
+		return
 	}
 	switch {
 	case t.Volume == "":
-		v.add(p.Child("volume"), "is required on libvirt host %s: the node image volume in its storage pool, e.g. ubuntu-2404-kube-v1.35.4.qcow2", host)
+		v.add(p.Child("volume"), "is required on libvirt host %s: the node image volume in its storage pool, e.g. ubuntu-2404-kube-v1.35.4.qcow2 (or set template.image to a libvirt image under images)", host)
 	case len(t.Volume) > maxVolumeName || strings.ContainsAny(t.Volume, "/ \t\n") || t.Volume == "." || t.Volume == "..":
 		v.add(p.Child("volume"), "%q is not a volume name: a file name in the storage pool (no '/' or spaces, at most %d characters), e.g. ubuntu-2404-kube-v1.35.4.qcow2", t.Volume, maxVolumeName)
 	}
+}
+
+func (v *validator) imageVolume(name string) string {
+	if img := v.image(name); img != nil {
+		return img.VolumeName()
+	}
+	return ""
 }
 
 // maxWhat names what the node range must hold workers for.

@@ -890,7 +890,7 @@ func (v *validator) template(cp *field.Path, c *Cluster, h *Hypervisor, versionO
 	t := c.Template
 	// By kind, even when the hypervisor was refused for clusters above.
 	if k := v.hvs[c.Hypervisor]; k != nil && k.Proxmox == nil && k.Libvirt != nil {
-		v.volumeTemplate(p, t, k.Name)
+		v.volumeTemplate(p, t, c, []*Hypervisor{k})
 		return
 	}
 	switch {
