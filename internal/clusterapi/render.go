@@ -411,11 +411,14 @@ func (r *renderer) kubeadmConfigTemplate() *bootstrapv1.KubeadmConfigTemplate {
 	if labels := r.workerLabels(); len(labels) > 0 {
 		args = append(args, bootstrapv1.Arg{Name: "node-labels", Value: ptr.To(strings.Join(labels, ","))})
 	}
-	// Every worker registers with Cilium's startup taint: Cilium lifts
-	// it once its agent runs on the node (Cilium's docs, "Taint effects"
-	// and "Considerations on node pool taints and unmanaged pods":
-	// node.cilium.io/agent-not-ready=true:NoExecute), so no pod lands
-	// before the node's CNI is up, and the autoscaler's --startup-taint
+	// Every worker registers with Cilium's startup taint
+	// node.cilium.io/agent-not-ready=true:NoExecute (Cilium's docs,
+	// "Considerations on node pool taints and unmanaged pods"). The
+	// cilium-operator, not the agent, lifts it once the Cilium agent Pod
+	// on that node is Ready (Cilium 1.18.4 operator/watchers/node_taint.go
+	// checkAndMarkNode and nodeHasCiliumPod; --remove-cilium-node-taints,
+	// the chart's operator.removeNodeTaints, on by default), so no pod
+	// lands before the node's CNI is up, and the autoscaler's --startup-taint
 	// does not count it against the new node. The capacity annotation
 	// keeps only the pool's own taints.
 	taints := []corev1.Taint{{Key: StartupTaint, Value: "true", Effect: corev1.TaintEffectNoExecute}}
