@@ -286,6 +286,33 @@ func (r *renderer) node() (config.PVENode, error) {
 	return *first, nil
 }
 
+// cloneNodes are the nodes CAPMOX may clone the cluster's machines onto:
+// the one that holds the template. CAPMOX v0.9.0 clones from the
+// template's node (templateSelector: the one template in the whole PVE
+// cluster with those tags, pkg/proxmox/goproxmox FindVMTemplateByTags;
+// templateID: sourceNode) to the node its scheduler picks round-robin from
+// the machine's, else the ProxmoxCluster's, allowedNodes
+// (internal/service/scheduler ScheduleVM, vmservice createVM's Target).
+// PVE clones onto another node only from shared storage (the clone API's
+// target: "Only allowed if the original VM is on shared storage"), and
+// the lab's templates sit on node-local local-lvm, so with two allowed
+// nodes every second machine, the first control plane included, never
+// got a VM.
+// Config validation keeps the template's node among the cluster's
+// allowed nodes.
+func (r *renderer) cloneNodes() []string {
+	node := r.c.Template.SourceNode
+	if r.c.Template.TemplateID == 0 {
+		if img, err := r.in.Lab.Image(r.c.Template.Image); err == nil {
+			node = img.Node
+		}
+	}
+	if node == "" {
+		return r.c.AllowedNodes
+	}
+	return []string{node}
+}
+
 // machineTemplate renders a ProxmoxMachineTemplate named
 // <cluster>-<role>-<memory>-<hash>, e.g. lab1-worker-2g-1a2b3c4d.
 func (r *renderer) machineTemplate(role string, size config.Size) (*proxmoxMachineTemplate, error) {
@@ -302,7 +329,7 @@ func (r *renderer) machineTemplate(role string, size config.Size) (*proxmoxMachi
 		return nil, fmt.Errorf("cluster %s: %s disk %q: %w", r.c.Name, role, size.Disk, err)
 	}
 	spec := proxmoxMachineSpec{
-		AllowedNodes: r.c.AllowedNodes,
+		AllowedNodes: r.cloneNodes(),
 		Full:         true,
 		Storage:      node.Storage,
 		NumSockets:   1,
