@@ -410,6 +410,33 @@ func (r *renderer) node() (config.PVENode, error) {
 	return *first, nil
 }
 
+// cloneNodes are the nodes CAPMOX may clone the cluster's machines onto:
+// the one that holds the template. CAPMOX v0.9.0 clones from the
+// template's node (templateSelector: the one template in the whole PVE
+// cluster with those tags, pkg/proxmox/goproxmox FindVMTemplateByTags;
+// templateID: sourceNode) to the node its scheduler picks round-robin from
+// the machine's, else the ProxmoxCluster's, allowedNodes
+// (internal/service/scheduler ScheduleVM, vmservice createVM's Target).
+// PVE clones onto another node only from shared storage (the clone API's
+// target: "Only allowed if the original VM is on shared storage"), and
+// the lab's templates sit on node-local local-lvm, so with two allowed
+// nodes every second machine, the first control plane included, never
+// got a VM.
+// Config validation keeps the template's node among the cluster's
+// allowed nodes.
+func (r *renderer) cloneNodes() []string {
+	node := r.c.Template.SourceNode
+	if r.c.Template.TemplateID == 0 {
+		if img, err := r.in.Lab.Image(r.c.Template.Image); err == nil {
+			node = img.Node
+		}
+	}
+	if node == "" {
+		return r.c.AllowedNodes
+	}
+	return []string{node}
+}
+
 // machineTemplate renders a ProxmoxMachineTemplate named
 // <cluster>-<role>-<memory>-<hash>, e.g. lab1-worker-2g-1a2b3c4d.
 func (r *renderer) machineTemplate(role string, size config.Size) (*proxmoxMachineTemplate, error) {
@@ -422,7 +449,7 @@ func (r *renderer) machineTemplate(role string, size config.Size) (*proxmoxMachi
 		return nil, err
 	}
 	spec := proxmoxMachineSpec{
-		AllowedNodes: r.c.AllowedNodes,
+		AllowedNodes: r.cloneNodes(),
 		Full:         true,
 		Storage:      node.Storage,
 		NumSockets:   1,
@@ -548,11 +575,14 @@ func (r *renderer) kubeadmConfigTemplate(p config.Pool, libvirt bool) *bootstrap
 	if labels := workerLabels(p); len(labels) > 0 {
 		args = append(args, bootstrapv1.Arg{Name: "node-labels", Value: ptr.To(strings.Join(labels, ","))})
 	}
-	// Every worker registers with Cilium's startup taint: Cilium lifts
-	// it once its agent runs on the node (Cilium's docs, "Taint effects"
-	// and "Considerations on node pool taints and unmanaged pods":
-	// node.cilium.io/agent-not-ready=true:NoExecute), so no pod lands
-	// before the node's CNI is up, and the autoscaler's --startup-taint
+	// Every worker registers with Cilium's startup taint
+	// node.cilium.io/agent-not-ready=true:NoExecute (Cilium's docs,
+	// "Considerations on node pool taints and unmanaged pods"). The
+	// cilium-operator, not the agent, lifts it once the Cilium agent Pod
+	// on that node is Ready (Cilium 1.18.4 operator/watchers/node_taint.go
+	// checkAndMarkNode and nodeHasCiliumPod; --remove-cilium-node-taints,
+	// the chart's operator.removeNodeTaints, on by default), so no pod
+	// lands before the node's CNI is up, and the autoscaler's --startup-taint
 	// does not count it against the new node. The capacity annotation
 	// keeps only the pool's own taints.
 	taints := []corev1.Taint{{Key: StartupTaint, Value: "true", Effect: corev1.TaintEffectNoExecute}}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -371,4 +372,68 @@ func TestWorkersRegisterWithCiliumStartupTaint(t *testing.T) {
 			t.Errorf("the capacity annotation names the startup taint: %q", ann)
 		}
 	}
+}
+
+// The autoscaler decides a scale-up in the loop that the first
+// unschedulable pod starts: labctl bypasses kube-scheduler's name, so
+// cluster-autoscaler 1.35.0 does not skip scale-up while the pending pods
+// are under 2 s old (core/static_autoscaler.go allPodsAreNew), which left
+// the decision to the next --scan-interval (measured on the box: 16 to
+// 21 s after the pods went pending, against the 15 s goal). The bypassed
+// name must also be allowed when an allow list is set, or the autoscaler
+// exits at start (config/flags/flags.go parseAllowedSchedulers).
+func TestAutoscalerScalesUpOnTheFirstLoop(t *testing.T) {
+	r := render(t, load(t, "../../examples/lab.yaml"), "lab1")
+	dep := r.Find("Deployment", "cluster-autoscaler")
+	c := field(t, dep, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+	flags := map[string]string{}
+	for _, a := range toStrings(c["args"].([]any)) {
+		k, v, _ := strings.Cut(a, "=")
+		flags[k] = v
+	}
+	bypassed, ok := flags["--bypassed-scheduler-names"]
+	if !ok || !slices.Contains(strings.Split(bypassed, ","), clusterapi.DefaultScheduler) {
+		t.Fatalf("autoscaler args %v: want --bypassed-scheduler-names naming %s, else the first loop after pods go pending waits one scan interval", c["args"], clusterapi.DefaultScheduler)
+	}
+	if allowed, set := flags["--allowed-scheduler-names"]; set && !slices.Contains(strings.Split(allowed, ","), clusterapi.DefaultScheduler) {
+		t.Errorf("--allowed-scheduler-names=%s lacks the bypassed %s: cluster-autoscaler refuses to start", allowed, clusterapi.DefaultScheduler)
+	}
+}
+
+// With a second Proxmox node allowed, every machine still goes to the node
+// that holds its template: CAPMOX v0.9.0 clones from the template's node
+// onto the node its scheduler picks from allowedNodes, and PVE refuses
+// that clone across nodes from node-local storage (the fake PVE too), so
+// pv1-2 got the first control-plane VM and the cluster never came up. The
+// ProxmoxCluster keeps both nodes; each ProxmoxMachineTemplate names the
+// template's node (an image's node, or template.sourceNode).
+func TestMachinesCloneOntoTheTemplatesNode(t *testing.T) {
+	lab := load(t, "../../examples/lab.yaml")
+	px := lab.Hypervisors[0].Proxmox
+	second := px.Nodes[0]
+	second.Name = "pv1-2"
+	px.Nodes = append(px.Nodes, second)
+	lab.Clusters[0].AllowedNodes = []string{"pv1-1", "pv1-2"}
+	check := func(r *clusterapi.Rendered, want string) {
+		t.Helper()
+		if got := field(t, r.Find("ProxmoxCluster", "lab1"), "spec", "allowedNodes"); !equalJSON(got, []any{"pv1-1", "pv1-2"}) {
+			t.Errorf("ProxmoxCluster allowedNodes = %v, want both nodes", got)
+		}
+		n := 0
+		for _, o := range r.Objects {
+			if o.GetKind() != "ProxmoxMachineTemplate" {
+				continue
+			}
+			n++
+			if got := field(t, o, "spec", "template", "spec", "allowedNodes"); !equalJSON(got, []any{want}) {
+				t.Errorf("ProxmoxMachineTemplate %s allowedNodes = %v, want [%s], the node that holds the template", o.GetName(), got, want)
+			}
+		}
+		if n != 2 {
+			t.Errorf("%d ProxmoxMachineTemplates, want the control plane's and the workers'", n)
+		}
+	}
+	check(render(t, lab, "lab1"), "pv1-1")
+	lab.Clusters[0].Template = config.Template{TemplateID: 9000, SourceNode: "pv1-2"}
+	check(render(t, lab, "lab1"), "pv1-2")
 }

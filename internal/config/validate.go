@@ -907,6 +907,8 @@ func (v *validator) template(cp *field.Path, c *Cluster, h *Hypervisor, versionO
 			v.add(p.Child("image"), "image %q is built on hypervisor %s, but the cluster runs on %s; build an image there", t.Image, img.Hypervisor, c.Hypervisor)
 		case versionOK && img.KubernetesVersion != c.KubernetesVersion:
 			v.add(cp.Child("kubernetesVersion"), "%s does not match %s of its template image %q; the nodes' kubelet and kubeadm come from the image, so set both to the same version", c.KubernetesVersion, img.KubernetesVersion, t.Image)
+		default:
+			v.templateNodeAllowed(cp, c, h, img.Node, fmt.Sprintf("the template of image %q", t.Image))
 		}
 	case t.TemplateID != 0:
 		if t.TemplateID < minVMID || t.TemplateID > maxVMID {
@@ -918,10 +920,24 @@ func (v *validator) template(cp *field.Path, c *Cluster, h *Hypervisor, versionO
 			v.add(p.Child("sourceNode"), "is required with templateID: the node that holds the template")
 		} else if h != nil && h.Proxmox != nil && len(h.Proxmox.Nodes) > 0 && !v.hasNode(h, t.SourceNode) {
 			v.add(p.Child("sourceNode"), "unknown node %q on hypervisor %s", t.SourceNode, h.Name)
+		} else {
+			v.templateNodeAllowed(cp, c, h, t.SourceNode, fmt.Sprintf("template %d (template.sourceNode)", t.TemplateID))
 		}
 	default:
 		v.add(p, "needs image (a name under images) or templateID with sourceNode")
 	}
+}
+
+// templateNodeAllowed checks that the node holding the cluster's template
+// is one of its allowedNodes: CAPMOX clones every machine onto that node
+// (the disks are node-local), so a cluster allowed elsewhere only could
+// never get a VM.
+func (v *validator) templateNodeAllowed(cp *field.Path, c *Cluster, h *Hypervisor, node, template string) {
+	if node == "" || len(c.AllowedNodes) == 0 || slices.Contains(c.AllowedNodes, node) || h == nil || !v.hasNode(h, node) {
+		return
+	}
+	v.add(cp.Child("allowedNodes"), "does not list %s, the node that holds %s: every machine is cloned from it onto that node (PVE clones onto another node only from shared storage); add %s to allowedNodes",
+		node, template, node)
 }
 
 func (v *validator) image(name string) *Image { return v.images[name] }

@@ -735,13 +735,17 @@ func stopProc(p *proc) {
 	(&controlPlane{procs: []*proc{p}}).stop()
 }
 
-// CiliumTaint is the taint Cilium's agent lifts once it runs on a Node.
+// CiliumTaint is the taint the cilium-operator lifts from a Node once the
+// Cilium agent Pod on it is Ready.
 const CiliumTaint = "node.cilium.io/agent-not-ready"
 
-// ciliumLoop stands in for Cilium's agent and operator on Nodes (Cilium
-// 1.18: the operator's removeNodeTaints, on by default, lifts
-// node.cilium.io/agent-not-ready from a Node once the cilium agent Pod
-// on it is ready). It acts only once labctl has installed the Cilium
+// ciliumLoop stands in for Cilium's agent and operator on Nodes. In Cilium
+// 1.18.4 the operator, not the agent, lifts node.cilium.io/agent-not-ready:
+// operator/watchers/node_taint.go checkAndMarkNode removes it (a JSON
+// patch of spec.taints) once nodeHasCiliumPod finds a Pod labelled
+// k8s-app=cilium on that Node, not being deleted, whose latest Ready
+// condition is True; on by default (--remove-cilium-node-taints,
+// operator/cmd/flags.go; the chart's operator.removeNodeTaints: true). It acts only once labctl has installed the Cilium
 // release, found as Helm's Secret storage driver keeps a release
 // (helm.sh/helm/v3 pkg/storage/driver/secrets.go: a Secret of type
 // helm.sh/release.v1 labelled owner=helm, name=<release>,

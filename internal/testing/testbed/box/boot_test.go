@@ -54,7 +54,7 @@ import (
 // carries Cilium's startup taint until labctl installs Cilium; then a
 // pod runs on it (kwok). Scaled back to zero, the VM and its Node go.
 func TestLab1MachinesBoot(t *testing.T) {
-	e := bootBox(t)
+	e := bootBox(t, labShape{})
 	fake, lab, sim, b, cl := e.fake, e.lab, e.sim, e.box, e.cl
 	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", SSHKeys: []string{sshKey}, Pins: versions.MustGet()})
 	if err != nil {
@@ -350,7 +350,7 @@ type bootEnv struct {
 	cl   client.Client
 }
 
-func bootBox(t testing.TB) *bootEnv {
+func bootBox(t testing.TB, shape labShape) *bootEnv {
 	t.Helper()
 	box.Require(t, "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox", "kwok")
 	ca, err := pki.NewCA("labctl test PVE CA")
@@ -359,7 +359,12 @@ func bootBox(t testing.TB) *bootEnv {
 	}
 	// The guest agent of image-builder's template answers once the VM
 	// runs; the sim answers its cloud-init status.
-	fake, lab := pveLab(t, ca, ca)
+	fake, lab := pveLabEdited(t, ca, ca, shape.edits())
+	if shape.secondNode {
+		// As big as pv1-1 and empty, so CAPMOX's scheduler, which
+		// prefers the node with the most reservable memory, picks it.
+		fake.AddNode(secondNode, 29860, 8, "vmbr0")
+	}
 	sim := bootsim.Start(t, fake)
 	img := lab.Images[0]
 	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
@@ -376,6 +381,30 @@ func bootBox(t testing.TB) *bootEnv {
 	return &bootEnv{fake: fake, lab: lab, sim: sim, box: b, kc: kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig), cl: cl}
 }
 
+// labShape is a variant of the test lab (examples/lab.yaml on loopback)
+// that bootBox and lab1Lifecycle run.
+type labShape struct {
+	// secondNode adds Proxmox node pv1-2 (its own local-lvm, no template:
+	// the image is built on pv1-1 only) to the fake PVE, to the lab's
+	// nodes and to lab1's allowedNodes, as the owner will when pv1-2
+	// joins (LAB.md).
+	secondNode bool
+}
+
+const secondNode = "pv1-2"
+
+// edits are the shape's changes to the test lab's text.
+func (s labShape) edits() [][2]string {
+	if !s.secondNode {
+		return nil
+	}
+	return [][2]string{
+		{"        # pv1-2 is being added; list it here and in clusters[].allowedNodes.\n",
+			"        - name: pv1-2\n          storage: local-lvm\n          imageStorage: local\n          bridge: vmbr0\n"},
+		{"    allowedNodes:\n      - pv1-1\n", "    allowedNodes:\n      - pv1-1\n      - pv1-2\n"},
+	}
+}
+
 // labctl cluster create lab1, labctl's own use case, on the box: with the
 // real Cluster API, kubeadm and CAPMOX and the sim booting the VM, it
 // waits for infrastructure and the initialized control plane, writes the
@@ -387,15 +416,32 @@ func bootBox(t testing.TB) *bootEnv {
 // (labctl's own libvirt provider), which the real autoscaler raises from
 // zero for pods only it can hold (kvmPoolFromZero), and delete removes
 // that pool's objects too.
-func TestLab1ClusterCreate(t *testing.T) { lab1Lifecycle(t) }
+func TestLab1ClusterCreate(t *testing.T) { lab1Lifecycle(t, labShape{}) }
+
+// The same flow on the lab once pv1-2 joins: two Proxmox nodes, both in
+// lab1's allowedNodes, the template on pv1-1 only (node-local disks), and
+// the worker pool starting at zero. Every machine must go to pv1-1 (a
+// clone onto pv1-2 is refused, so CAPMOX would never get the control
+// plane's VM there) and no clone may fail.
+func TestLab1ClusterCreateTwoNodes(t *testing.T) { lab1Lifecycle(t, labShape{secondNode: true}) }
 
 // lab1Lifecycle is TestLab1ClusterCreate's run, shared with
-// BenchmarkLab1ScaleTest: create, the autoscaler, scale-test all, the KVM
-// pool from zero, delete.
-// It returns scale-test's report.
-func lab1Lifecycle(t testing.TB) *scaletest.Report {
-	e := bootBox(t)
+// BenchmarkLab1ScaleTest: create, describe, the autoscaler, scale-test
+// all, the KVM pool from zero (one shape is enough for it), delete. It
+// returns scale-test's report.
+func lab1Lifecycle(t testing.TB, shape labShape) *scaletest.Report {
+	e := bootBox(t, shape)
 	lab := e.lab
+	lab1, err := lab.Cluster("lab1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lab1.Workers.Min != 0 || !lab1.Workers.Autoscaled() {
+		t.Fatalf("the test lab's worker pool must start at zero and be autoscaled: min %d max %d", lab1.Workers.Min, lab1.Workers.Max)
+	}
+	if shape.secondNode && !slices.Equal(lab1.AllowedNodes, []string{"pv1-1", secondNode}) {
+		t.Fatalf("lab1's allowedNodes %v, want pv1-1 and %s", lab1.AllowedNodes, secondNode)
+	}
 	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{sshKey}
 	pins := versions.MustGet()
 	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
@@ -480,6 +526,10 @@ func lab1Lifecycle(t testing.TB) *scaletest.Report {
 		t.Errorf("Cilium's Helm release in the workload cluster: %v, %v", rel, err)
 	}
 	as := autoscalerRunsAsRendered(ctx, t, e, wcs)
+	describeShowsRealConditions(ctx, t, e, opts, lab1)
+	if shape.secondNode {
+		vmsOnTemplateNode(t, e, "after create")
+	}
 
 	// labctl scale-test lab1 --scenario all, against that autoscaler.
 	lab.ScaleTest.Timeouts.ScaleUp, lab.ScaleTest.Timeouts.ScaleDown, lab.ScaleTest.Timeouts.FromZero = "5m", "5m", "5m"
@@ -502,7 +552,9 @@ func lab1Lifecycle(t testing.TB) *scaletest.Report {
 	}
 
 	// A second pool, on a KVM host, raised from zero by the same autoscaler.
-	kvmPoolFromZero(ctx, t, e, opts, wcs, as)
+	if !shape.secondNode {
+		kvmPoolFromZero(ctx, t, e, opts, wcs, as)
+	}
 
 	// labctl cluster delete lab1 --yes leaves nothing of lab1 behind.
 	errb.Reset()
@@ -510,7 +562,48 @@ func lab1Lifecycle(t testing.TB) *scaletest.Report {
 		t.Fatalf("labctl cluster delete lab1 --yes: %v\n%s", err, errb.String())
 	}
 	nothingLeft(ctx, t, e, lab)
+	if shape.secondNode {
+		noCloneFailed(t, e)
+	}
 	return rep
+}
+
+// vmsOnTemplateNode checks that every VM of lab1 in the fake PVE is on
+// pv1-1, the node that holds the template.
+func vmsOnTemplateNode(t testing.TB, e *bootEnv, when string) {
+	t.Helper()
+	n := 0
+	for _, v := range e.fake.VMs() {
+		if !strings.HasPrefix(v.Name(), "lab1-") {
+			continue
+		}
+		n++
+		if v.Node != "pv1-1" {
+			t.Errorf("%s: VM %d %s is on %s, want pv1-1, which holds the template", when, v.ID, v.Name(), v.Node)
+		}
+	}
+	if n == 0 {
+		t.Errorf("%s: no VM of lab1 in the fake PVE", when)
+	}
+}
+
+// noCloneFailed checks that the fake PVE refused no clone during the run,
+// as it refuses one onto a node that does not hold the template.
+func noCloneFailed(t testing.TB, e *bootEnv) {
+	t.Helper()
+	clones := 0
+	for _, r := range e.fake.Requests() {
+		if r.Method != "POST" || r.Path != "/nodes/{node}/qemu/{vmid}/clone" {
+			continue
+		}
+		clones++
+		if r.Status >= 300 {
+			t.Errorf("the fake PVE refused a clone: %d %s", r.Status, r.Raw)
+		}
+	}
+	if clones < 5 {
+		t.Errorf("%d clones in the run, want at least 5 (the control plane, 1→3 workers, one from zero)", clones)
+	}
 }
 
 // scaleTestAll runs labctl scale-test lab1 --scenario all -o json as the
@@ -685,7 +778,7 @@ func autoscalerRunsAsRendered(ctx context.Context, t testing.TB, e *bootEnv, wcs
 // with -run '^$' -bench BenchmarkLab1ScaleTest -benchtime=1x.
 func BenchmarkLab1ScaleTest(b *testing.B) {
 	for b.Loop() {
-		rep := lab1Lifecycle(b)
+		rep := lab1Lifecycle(b, labShape{})
 		for _, p := range rep.Phases {
 			at := map[string]float64{}
 			for _, m := range p.Milestones {
@@ -702,4 +795,131 @@ func BenchmarkLab1ScaleTest(b *testing.B) {
 			}
 		}
 	}
+}
+
+// describeShowsRealConditions runs labctl cluster describe lab1 (its text
+// and its -o json data) after create and checks what the user sees
+// against the objects the real controllers wrote: every object of the
+// tree shows the status, reason and message of its own Ready condition
+// (Available where it has none, as clusterctl chooses), read back from the
+// management API server; once the cluster is up, the Cluster, its
+// infrastructure, the control plane and its machine, the worker pool and
+// the autoscaler are all True; the pool, starting at zero, shows no
+// replicas and its bounds.
+func describeShowsRealConditions(ctx context.Context, t testing.TB, e *bootEnv, opts cluster.Options, lab1 *config.Cluster) {
+	t.Helper()
+	gvks := map[string]schema.GroupVersionKind{
+		"Cluster": clusterapi.ClusterGVK, "MachineDeployment": clusterapi.MachineDeploymentGVK, "Machine": clusterapi.MachineGVK,
+		"KubeadmControlPlane": clusterapi.KubeadmControlPlaneGVK,
+		"KubeadmConfig":       clusterapi.KubeadmConfigTemplateGVK.GroupVersion().WithKind("KubeadmConfig"),
+		"ProxmoxCluster":      clusterapi.ProxmoxClusterGVK, "ProxmoxMachine": clusterapi.ProxmoxClusterGVK.GroupVersion().WithKind("ProxmoxMachine"),
+		"Deployment": appsv1.SchemeGroupVersion.WithKind("Deployment"),
+	}
+	// The condition each object must show True once the cluster is up.
+	wantTrue := map[string]string{
+		"Cluster": "Available", "ProxmoxCluster": "Ready", "KubeadmControlPlane": "Available", "Machine": "Ready",
+		"ProxmoxMachine": "Ready", "KubeadmConfig": "Ready", "MachineDeployment": "Available", "Deployment": "Available",
+	}
+	var d *cluster.Description
+	waitUntil(ctx, t, 3*time.Minute, "cluster describe lab1 showing the real conditions, all True", func() {}, func() (bool, string) {
+		var err error
+		if d, err = cluster.Describe(ctx, opts); err != nil {
+			return false, err.Error()
+		}
+		var problems []string
+		seen := map[string]bool{}
+		var walk func(n *cluster.Node)
+		walk = func(n *cluster.Node) {
+			for _, c := range n.Children {
+				walk(c)
+			}
+			if n.Kind == "Workers" {
+				return
+			}
+			seen[n.Kind] = true
+			gvk, ok := gvks[n.Kind]
+			if !ok {
+				problems = append(problems, "unexpected "+n.Kind+"/"+n.Name)
+				return
+			}
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(gvk)
+			if err := e.cl.Get(ctx, types.NamespacedName{Namespace: "lab1", Name: n.Name}, u); err != nil {
+				problems = append(problems, err.Error())
+				return
+			}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			real := map[string]map[string]any{}
+			for _, c := range conds {
+				m, _ := c.(map[string]any)
+				typ, _ := m["type"].(string)
+				real[typ] = m
+			}
+			// The autoscaler's row is its Deployment's Available.
+			which := "Ready"
+			if n.Kind == "Deployment" || real[which] == nil {
+				which = "Available"
+			}
+			r := real[which]
+			if r == nil {
+				problems = append(problems, fmt.Sprintf("%s/%s has no %s condition: %v", n.Kind, n.Name, which, conds))
+				return
+			}
+			msg, _ := r["message"].(string)
+			if n.Condition != which || n.Ready != r["status"] || n.Reason != r["reason"] || n.Message != msg {
+				problems = append(problems, fmt.Sprintf("%s/%s shows %s %s %s %q; the object's %s is %v %v %q",
+					n.Kind, n.Name, n.Condition, n.Ready, n.Reason, n.Message, which, r["status"], r["reason"], msg))
+			}
+			if want := wantTrue[n.Kind]; n.Condition != want || n.Ready != "True" {
+				problems = append(problems, fmt.Sprintf("%s/%s: %s is %s (%s: %s)", n.Kind, n.Name, n.Condition, n.Ready, n.Reason, n.Message))
+			}
+		}
+		walk(d.Tree)
+		for kind := range wantTrue {
+			if !seen[kind] {
+				problems = append(problems, "no "+kind+" in the tree")
+			}
+		}
+		return len(problems) == 0, strings.Join(problems, "; ")
+	})
+
+	md := d.Tree.Find("MachineDeployment", clusterapi.MachineDeploymentName("lab1"))
+	if want := fmt.Sprintf("0/0 ready, desired 0, autoscaled %d-%d", lab1.Workers.Min, lab1.Workers.Max); md == nil || md.Details != want || len(md.Children) != 0 {
+		t.Errorf("the worker pool after create: %+v, want %q and no Machine", md, want)
+	}
+	if d.Phase != "Provisioned" || d.Endpoint != lab1.ControlPlane.Endpoint+":6443" {
+		t.Errorf("describe's cluster line: phase %q endpoint %q, want Provisioned at %s:6443", d.Phase, d.Endpoint, lab1.ControlPlane.Endpoint)
+	}
+
+	// The text the command prints: a row per object with what it showed.
+	var text bytes.Buffer
+	if err := cluster.DescribeText(opts.IO, &text, d); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(text.String(), "\n")
+	if !strings.HasPrefix(lines[0], "Cluster lab1/lab1  Provisioned  endpoint "+d.Endpoint) {
+		t.Errorf("describe's first line %q", lines[0])
+	}
+	var walk func(n *cluster.Node)
+	walk = func(n *cluster.Node) {
+		label := n.Kind + "/" + n.Name
+		if n.Role != "" {
+			label = n.Role + " - " + label
+		}
+		if n.Kind != "Workers" && !slices.ContainsFunc(lines, func(l string) bool {
+			i := strings.Index(l, label)
+			if i < 0 || i > 0 && (l[i-1] >= 'A' && l[i-1] <= 'Z' || l[i-1] >= 'a' && l[i-1] <= 'z') {
+				return false // not the row, or ProxmoxMachine/x for Machine/x
+			}
+			f := strings.Fields(l[i+len(label):])
+			return len(f) >= 2 && f[0] == n.Ready && f[1] == n.Reason
+		}) {
+			t.Errorf("describe's text has no row %q with %s %s:\n%s", label, n.Ready, n.Reason, text.String())
+		}
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(d.Tree)
+	t.Logf("labctl cluster describe lab1:\n%s", text.String())
 }

@@ -40,19 +40,20 @@ const (
 )
 
 // testLab writes examples/lab.yaml onto loopback, with the fake PVE's URL
-// and the test CA as its tls.caFile, and loads it as labctl would.
-func testLab(t testing.TB, pveURL, caFile string) *config.Lab {
+// and the test CA as its tls.caFile, then the edits (old, new text), and
+// loads it as labctl would.
+func testLab(t testing.TB, pveURL, caFile string, edits ...[2]string) *config.Lab {
 	t.Helper()
 	data, err := os.ReadFile("../../../../examples/lab.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(data)
-	for _, r := range [][2]string{
+	for _, r := range append([][2]string{
 		{"https://192.168.0.8:8006", pveURL},
 		{"~/.config/labctl/pve-root-ca.pem", caFile},
 		{"192.168.4.", "127.77.0."},
-	} {
+	}, edits...) {
 		if !strings.Contains(s, r[0]) {
 			t.Fatalf("examples/lab.yaml no longer holds %q; update this test's loopback mapping", r[0])
 		}
@@ -80,6 +81,12 @@ func testLab(t testing.TB, pveURL, caFile string) *config.Lab {
 // exported.
 func pveLab(t testing.TB, signer, trusted *pki.CA, opts ...pvetest.Option) (*pvetest.Server, *config.Lab) {
 	t.Helper()
+	return pveLabEdited(t, signer, trusted, nil, opts...)
+}
+
+// pveLabEdited is pveLab with edits to the test lab's text (testLab).
+func pveLabEdited(t testing.TB, signer, trusted *pki.CA, edits [][2]string, opts ...pvetest.Option) (*pvetest.Server, *config.Lab) {
+	t.Helper()
 	pair, err := signer.Serving([]string{"localhost"}, []net.IP{net.ParseIP(pveAddr)})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +101,7 @@ func pveLab(t testing.TB, signer, trusted *pki.CA, opts ...pvetest.Option) (*pve
 		t.Fatal(err)
 	}
 	t.Setenv("PVE_TOKEN_SECRET", fake.Secret)
-	return fake, testLab(t, fake.URL, caFile)
+	return fake, testLab(t, fake.URL, caFile, edits...)
 }
 
 // capmoxProcess is what CAPMOX's process gets from labctl's rendered
