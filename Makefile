@@ -17,7 +17,8 @@
 #   make sim            a management cluster in a box and a fake Proxmox VE
 #                       on loopback, for labctl by hand: prints a kubeconfig
 #                       and a lab.yaml; Ctrl-C stops everything
-#   make bench-libvirt  labctl's create-to-address time against plain virsh
+#   make bench-libvirt  labctl's create-to-address time and its provider's
+#                       Machine-to-VM time against plain virsh
 #   make fuzz           fuzz the config loader for $(FUZZTIME)
 #   make bench          cold start and peak RSS of labctl version (release build)
 #                       against kubectl version --client
@@ -113,7 +114,7 @@ fuzz: ## fuzz the config loader (FUZZTIME=2m)
 bench: ## compare cold start of labctl version with kubectl version --client
 	hack/bench-coldstart.sh
 
-bench-libvirt: ## labctl vs plain virsh+genisoimage, create to address, on a real libvirtd (root)
+bench-libvirt: ## labctl and its Cluster API provider vs plain virsh+genisoimage, on a real libvirtd (root)
 	$(LVBED)/bench.sh
 
 release-check: ## validate .goreleaser.yaml

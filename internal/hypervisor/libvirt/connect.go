@@ -144,7 +144,11 @@ func connect(ctx context.Context, t target, o Options) (*lv.Libvirt, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := lv.NewWithDialer(dialers.NewAlreadyConnected(conn))
+	wire := conn
+	if o.WrapConn != nil {
+		wire = o.WrapConn(conn)
+	}
+	l := lv.NewWithDialer(dialers.NewAlreadyConnected(wire))
 	// go-libvirt's calls take no context: closing the connection is what
 	// interrupts them.
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })

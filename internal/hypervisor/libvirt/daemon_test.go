@@ -25,9 +25,5 @@ func TestMain(m *testing.M) {
 // testLibvirtd starts the package's daemon on first use.
 func testLibvirtd(t *testing.T) *libvirttest.Daemon {
 	t.Helper()
-	d, err := libvirttest.Shared()
-	if err != nil {
-		skipOrFail(t, "cannot start the test's own libvirtd: "+err.Error())
-	}
-	return d
+	return libvirttest.Start(t)
 }

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -85,6 +86,12 @@ type Options struct {
 	// libvirtd serves) has no volume streams, so they record the data
 	// instead. Production code leaves it nil.
 	Upload UploadFunc
+	// WrapConn, when set, wraps each connection to the daemon once it is
+	// dialed, before libvirt's open goes over it. Only tests set it: the
+	// provider's kill test counts the RPC calls on the wire and kills the
+	// process between two of them (libvirttest.Cutter). Production code
+	// leaves it nil.
+	WrapConn func(net.Conn) net.Conn
 }
 
 // UploadFunc puts length bytes (-1: unknown) read from r into the named

@@ -13,13 +13,11 @@ package libvirt
 // checkouts take turns through vmLock.
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -28,7 +26,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,16 +33,16 @@ import (
 
 	"github.com/labctl/labctl/internal/cloudinit"
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/testing/libvirttest"
 	"github.com/labctl/labctl/internal/testing/sshtest"
 	"github.com/labctl/labctl/internal/vmssh"
 )
 
 const (
-	realNetwork = "labctl-test"
-	realPool    = "labctl-test"
+	realNetwork = libvirttest.RealNetwork
+	realPool    = libvirttest.RealPool
 	realLab     = "labctl-test"
-	libvirtSock = "/run/libvirt/libvirt-sock"
-	vmLock      = "/run/lock/labctl-libvirt-vms.lock"
+	libvirtSock = libvirttest.RealSocket
 	bootTimeout = 10 * time.Minute // TCG on 2 busy cores
 )
 
@@ -79,36 +76,13 @@ func moduleRoot(t *testing.T) string {
 	}
 }
 
-func skipOrFail(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") != "" || os.Getenv("LABCTL_REQUIRE_LIBVIRT") != "" {
-		t.Fatalf("%s; run hack/libvirt-testbed/build-image.sh and hack/libvirt-testbed/host-up.sh (make test does)", why)
-	}
-	t.Skipf("%s; run hack/libvirt-testbed/build-image.sh and host-up.sh, or make test", why)
-}
-
 // newRealHost connects to the real libvirtd, prepares the test pool and
 // network, fences the network in, and puts the test image in the pool.
 // Cleanup removes all of it and checks that nothing is left.
 func newRealHost(t *testing.T) *realHost {
 	t.Helper()
-	img := os.Getenv("LABCTL_TEST_IMAGE")
-	if img == "" {
-		img = filepath.Join(moduleRoot(t), ".cache", "libvirt-testbed", "debian12-cloud-v2.qcow2")
-	}
-	if os.Geteuid() != 0 && os.Getenv("LABCTL_REQUIRE_LIBVIRT") == "" {
-		// The machine's libvirtd lets root in; another user needs polkit
-		// or the libvirt group, which a test cannot grant itself.
-		t.Skip("qemu:///system is root's here; make test as root runs the real-VM tests")
-	}
-	if _, err := os.Stat(libvirtSock); err != nil {
-		skipOrFail(t, "libvirtd is not running ("+libvirtSock+" is missing)")
-	}
-	sum, err := os.ReadFile(img + ".sha256")
-	if err != nil {
-		skipOrFail(t, "the test image is missing: "+err.Error())
-	}
-	takeTurn(t)
+	img, sum := libvirttest.RealImage(t, moduleRoot(t))
+	libvirttest.TakeVMTurn(t)
 	ctx := t.Context()
 	d, err := New(ctx, Options{
 		Name: "testbed", URI: "qemu:///system", Pool: realPool, PoolPath: "/var/lib/libvirt/images/" + realPool,
@@ -126,12 +100,12 @@ func newRealHost(t *testing.T) *realHost {
 	if h.bridge, err = d.NetworkBridge(ctx); err != nil {
 		t.Fatal(err)
 	}
-	fence(t, h.bridge)
+	libvirttest.Fence(t, h.bridge)
 
 	// Serve the image on loopback; EnsureImage streams it into the pool.
 	srv := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(img))))
 	t.Cleanup(srv.Close)
-	h.spec = hypervisor.ImageSpec{URL: srv.URL + "/" + filepath.Base(img), Checksum: "sha256:" + strings.TrimSpace(string(sum))}
+	h.spec = hypervisor.ImageSpec{URL: srv.URL + "/" + filepath.Base(img), Checksum: "sha256:" + sum}
 	began := time.Now()
 	if h.image, err = d.EnsureImage(ctx, h.spec); err != nil {
 		t.Fatal(err)
@@ -144,60 +118,6 @@ func newRealHost(t *testing.T) *realHost {
 	h.pubFile, pub = sshtest.UserKey(t)
 	h.pubKey = strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub)))
 	return h
-}
-
-// takeTurn holds the machine-wide real-VM lock until the test ends (its
-// cleanup runs after the test's own, which removes the network and VMs).
-func takeTurn(t *testing.T) {
-	t.Helper()
-	f, err := os.OpenFile(vmLock, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatalf("opening the real-VM lock: %v", err)
-	}
-	began := time.Now()
-	done := make(chan error, 1)
-	go func() { done <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("taking the real-VM lock %s: %v", vmLock, err)
-		}
-	case <-t.Context().Done():
-		t.Fatalf("waiting for the real-VM lock %s: %v", vmLock, t.Context().Err())
-	}
-	if waited := time.Since(began); waited > time.Second {
-		t.Logf("waited %s for another real-VM run on this machine", waited.Round(time.Second))
-	}
-	t.Cleanup(func() { _ = f.Close() }) // closing releases the lock
-}
-
-// fence rejects anything the bridge would forward off itself, so guests
-// reach this machine only. libvirt adds its own FORWARD rules when the
-// network starts; this one goes above them.
-func fence(t *testing.T, bridge string) {
-	t.Helper()
-	rule := []string{"FORWARD", "-i", bridge, "!", "-o", bridge, "-j", "REJECT"}
-	if out, err := exec.Command("iptables", append([]string{"-I"}, append(rule[:1:1], append([]string{"1"}, rule[1:]...)...)...)...).CombinedOutput(); err != nil {
-		t.Fatalf("fencing bridge %s: %v: %s", bridge, err, out)
-	}
-	t.Cleanup(func() {
-		for exec.Command("iptables", append([]string{"-D"}, rule...)...).Run() == nil {
-		}
-	})
-	out, err := exec.Command("iptables", "-S", "FORWARD").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := ""
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(l, "-A FORWARD") {
-			first = l
-			break
-		}
-	}
-	if !strings.Contains(first, "-i "+bridge) || !strings.Contains(first, "REJECT") {
-		t.Fatalf("the fence is not the first FORWARD rule:\n%s", out)
-	}
 }
 
 func (h *realHost) cleanup(t *testing.T) {
@@ -290,29 +210,8 @@ func (h *realHost) boot(ctx context.Context, spec hypervisor.VMSpec, ip string) 
 		return vm, netip.Addr{}, 0, err
 	}
 	addr := netip.MustParseAddr(ip)
-	_, err = sshBanner(ctx, addr)
+	_, err = libvirttest.SSHBanner(ctx, addr)
 	return vm, addr, time.Since(began), err
-}
-
-func sshBanner(ctx context.Context, addr netip.Addr) (string, error) {
-	var dialer net.Dialer
-	for {
-		conn, err := dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(addr, 22).String())
-		if err == nil {
-			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-			line, rerr := bufio.NewReader(conn).ReadString('\n')
-			_ = conn.Close()
-			if rerr == nil {
-				return strings.TrimSpace(line), nil
-			}
-			err = rerr
-		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("no sshd banner from %s: %w (last: %v)", addr, ctx.Err(), err)
-		case <-time.After(time.Second):
-		}
-	}
 }
 
 func randomToken(t *testing.T) string {
@@ -373,14 +272,7 @@ func TestRealVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	target := vmssh.Target{Addr: netip.AddrPortFrom(addr, 22), User: "tester", HostKey: h.hostKeys[vm.Name].PublicKey(), Auth: auth}
-	var got []byte
-	for {
-		got, err = vmssh.ReadFile(bootCtx, target, "/var/lib/labctl-test/marker")
-		if (!errors.Is(err, vmssh.ErrNotReady) && !errors.Is(err, vmssh.ErrNotFound)) || bootCtx.Err() != nil {
-			break
-		}
-		time.Sleep(2 * time.Second)
-	}
+	got, err := libvirttest.ReadWhenUp(bootCtx, target, "/var/lib/labctl-test/marker")
 	if err != nil || string(got) != token {
 		t.Fatalf("reading the marker over SSH = %q, %v; want %q", got, err, token)
 	}
@@ -415,7 +307,7 @@ func TestRealVM(t *testing.T) {
 		t.Logf("guest agent, as on Ubuntu's cloud image: %v", err)
 	}
 
-	banner, err := sshBanner(bootCtx, addr)
+	banner, err := libvirttest.SSHBanner(bootCtx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

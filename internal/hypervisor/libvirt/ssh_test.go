@@ -9,164 +9,28 @@ package libvirt
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
-	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/labctl/labctl/internal/testing/libvirttest"
 	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
-type testSSHD struct {
-	port    string
-	hostKey ssh.PublicKey
-	// keyFile is a private key sshd lets in; key is its signer.
-	keyFile string
-	key     ssh.Signer
-	login   string
-}
+// testSSHD is the test's sshd (libvirttest.SSHD) with this package's
+// helpers.
+type testSSHD struct{ *libvirttest.SSHD }
 
-func newKey(t *testing.T) (ed25519.PrivateKey, ssh.Signer) {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return priv, s
-}
-
-func writeKey(t *testing.T, path string, priv ed25519.PrivateKey) {
-	t.Helper()
-	block, err := ssh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	p, release, err := testbed.ReservePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(release)
-	return strconv.Itoa(p)
-}
-
-func startSSHD(t *testing.T) *testSSHD {
-	t.Helper()
-	const sshd = "/usr/sbin/sshd"
-	if _, err := os.Stat(sshd); err != nil {
-		skipOrFail(t, "sshd is missing: apt-get install openssh-server netcat-openbsd")
-	}
-	if _, err := exec.LookPath("nc"); err != nil {
-		skipOrFail(t, "nc is missing: apt-get install netcat-openbsd")
-	}
-	if os.Geteuid() != 0 {
-		skipOrFail(t, "the test's sshd needs root")
-	}
-	me, err := user.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	s := &testSSHD{port: freePort(t), login: me.Username, keyFile: filepath.Join(dir, "client_ed25519")}
-	hostPriv, hostSigner := newKey(t)
-	s.hostKey = hostSigner.PublicKey()
-	writeKey(t, filepath.Join(dir, "host_ed25519"), hostPriv)
-	clientPriv, clientSigner := newKey(t)
-	s.key = clientSigner
-	writeKey(t, s.keyFile, clientPriv)
-	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), ssh.MarshalAuthorizedKey(clientSigner.PublicKey()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// Forwarding is off: libvirt's transport needs none, only a command.
-	conf := fmt.Sprintf(`Port %s
-ListenAddress 127.0.0.1
-HostKey %s
-PidFile none
-UsePAM no
-StrictModes no
-AuthorizedKeysFile %s
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-AllowUsers %s
-AllowTcpForwarding no
-AllowStreamLocalForwarding no
-X11Forwarding no
-PrintMotd no
-LogLevel VERBOSE
-`, s.port, filepath.Join(dir, "host_ed25519"), filepath.Join(dir, "authorized_keys"), s.login)
-	cfg := filepath.Join(dir, "sshd_config")
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// sshd insists on its privilege separation folder.
-	if _, err := os.Stat("/run/sshd"); errors.Is(err, os.ErrNotExist) {
-		if err := os.Mkdir("/run/sshd", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = os.Remove("/run/sshd") })
-	}
-	// The log is a file: sshd's session children may hold it open after
-	// sshd is gone, and a pipe would then keep Wait waiting.
-	logPath := filepath.Join(dir, "sshd.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	cmd := exec.Command(sshd, "-D", "-e", "-f", cfg)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// sshd and its sessions, by process group: the group of the sshd
-		// this test started.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		if t.Failed() {
-			log, _ := os.ReadFile(logPath)
-			t.Logf("sshd log:\n%s", log)
-		}
-	})
-	for i := 0; ; i++ {
-		c, err := net.Dial("tcp", "127.0.0.1:"+s.port)
-		if err == nil {
-			_ = c.Close()
-			return s
-		}
-		if i == 200 {
-			t.Fatalf("sshd does not listen on 127.0.0.1:%s: %v", s.port, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+func startSSHD(t *testing.T) *testSSHD { return &testSSHD{libvirttest.StartSSHD(t)} }
 
 // home makes a HOME for the ssh client, known_hosts holding hostKeys
 // for the test's sshd, and no agent.
@@ -178,7 +42,7 @@ func (s *testSSHD) home(t *testing.T, hostKeys ...ssh.PublicKey) string {
 	}
 	var lines []string
 	for _, k := range hostKeys {
-		lines = append(lines, knownhosts.Line([]string{knownhosts.Normalize("127.0.0.1:" + s.port)}, k))
+		lines = append(lines, s.KnownHostsLine(k))
 	}
 	if err := os.WriteFile(filepath.Join(home, ".ssh", "known_hosts"), []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -189,7 +53,7 @@ func (s *testSSHD) home(t *testing.T, hostKeys ...ssh.PublicKey) string {
 }
 
 func (s *testSSHD) uri(login, socket string) string {
-	return fmt.Sprintf("test+ssh://%s@127.0.0.1:%s/default?socket=%s", login, s.port, socket)
+	return fmt.Sprintf("test+ssh://%s@127.0.0.1:%s/default?socket=%s", login, s.Port, socket)
 }
 
 func sshOptions(uri, keyFile string) Options {
@@ -202,9 +66,9 @@ func sshOptions(uri, keyFile string) Options {
 func TestSSHReachesTheSameDaemon(t *testing.T) {
 	dmn := testLibvirtd(t)
 	s := startSSHD(t)
-	s.home(t, s.hostKey)
+	s.home(t, s.HostKey)
 
-	o := sshOptions(s.uri(s.login, dmn.Sock), s.keyFile)
+	o := sshOptions(s.uri(s.Login, dmn.Sock), s.KeyFile)
 	o.Pool, o.PoolPath = uniq("sshpool"), "/labctl-ssh-pool"
 	d, err := New(t.Context(), o)
 	if err != nil {
@@ -230,7 +94,7 @@ func TestSSHReachesTheSameDaemon(t *testing.T) {
 
 	t.Run("key from ssh-agent", func(t *testing.T) {
 		keyring := agent.NewKeyring()
-		priv, err := os.ReadFile(s.keyFile)
+		priv, err := os.ReadFile(s.KeyFile)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +121,7 @@ func TestSSHReachesTheSameDaemon(t *testing.T) {
 			}
 		}()
 		t.Setenv("SSH_AUTH_SOCK", sock)
-		d, err := New(t.Context(), sshOptions(s.uri(s.login, dmn.Sock), "")) // no key file: the HOME has none
+		d, err := New(t.Context(), sshOptions(s.uri(s.Login, dmn.Sock), "")) // no key file: the HOME has none
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,14 +135,14 @@ func TestSSHUnknownHostKey(t *testing.T) {
 	dmn := testLibvirtd(t)
 	s := startSSHD(t)
 	home := s.home(t)
-	o := sshOptions(s.uri(s.login, dmn.Sock), s.keyFile)
+	o := sshOptions(s.uri(s.Login, dmn.Sock), s.KeyFile)
 	_, err := New(t.Context(), o)
-	fix := "ssh-keyscan -p " + s.port + " -H 127.0.0.1 >> ~/.ssh/known_hosts"
+	fix := "ssh-keyscan -p " + s.Port + " -H 127.0.0.1 >> ~/.ssh/known_hosts"
 	if err == nil || !strings.Contains(err.Error(), "is not in ~/.ssh/known_hosts") || !strings.Contains(err.Error(), fix) {
 		t.Fatalf("unknown host: %v; want a refusal with %q", err, fix)
 	}
 	t.Logf("unknown host key: %v", err)
-	if !strings.Contains(err.Error(), ssh.FingerprintSHA256(s.hostKey)) {
+	if !strings.Contains(err.Error(), ssh.FingerprintSHA256(s.HostKey)) {
 		t.Errorf("the error does not show the key's fingerprint: %v", err)
 	}
 	cmd := exec.CommandContext(t.Context(), "sh", "-c", fix)
@@ -296,10 +160,10 @@ func TestSSHUnknownHostKey(t *testing.T) {
 func TestSSHChangedHostKey(t *testing.T) {
 	dmn := testLibvirtd(t)
 	s := startSSHD(t)
-	_, other := newKey(t)
+	_, other := libvirttest.NewKey(t)
 	s.home(t, other.PublicKey())
-	_, err := New(t.Context(), sshOptions(s.uri(s.login, dmn.Sock), s.keyFile))
-	if err == nil || !strings.Contains(err.Error(), "host key of 127.0.0.1:"+s.port+" changed") || !strings.Contains(err.Error(), "ssh-keygen -R '[127.0.0.1]:"+s.port+"'") {
+	_, err := New(t.Context(), sshOptions(s.uri(s.Login, dmn.Sock), s.KeyFile))
+	if err == nil || !strings.Contains(err.Error(), "host key of 127.0.0.1:"+s.Port+" changed") || !strings.Contains(err.Error(), "ssh-keygen -R '[127.0.0.1]:"+s.Port+"'") {
 		t.Fatalf("changed host key: %v", err)
 	}
 	t.Logf("changed host key: %v", err)
@@ -308,25 +172,25 @@ func TestSSHChangedHostKey(t *testing.T) {
 func TestSSHLoginRefused(t *testing.T) {
 	dmn := testLibvirtd(t)
 	s := startSSHD(t)
-	s.home(t, s.hostKey)
+	s.home(t, s.HostKey)
 	t.Run("wrong user", func(t *testing.T) {
-		_, err := New(t.Context(), sshOptions(s.uri("labctl-no-such-user", dmn.Sock), s.keyFile))
+		_, err := New(t.Context(), sshOptions(s.uri("labctl-no-such-user", dmn.Sock), s.KeyFile))
 		if err == nil || !strings.Contains(err.Error(), `refused the ssh login of user "labctl-no-such-user"`) || !strings.Contains(err.Error(), "authorized_keys") {
 			t.Fatalf("wrong user: %v", err)
 		}
 		t.Logf("wrong user: %v", err)
 	})
 	t.Run("key not authorized", func(t *testing.T) {
-		priv, _ := newKey(t)
+		priv, _ := libvirttest.NewKey(t)
 		stranger := filepath.Join(t.TempDir(), "id_ed25519")
-		writeKey(t, stranger, priv)
-		_, err := New(t.Context(), sshOptions(s.uri(s.login, dmn.Sock), stranger))
-		if err == nil || !strings.Contains(err.Error(), "refused the ssh login of user \""+s.login+"\" with the key "+stranger) {
+		libvirttest.WriteKey(t, stranger, priv)
+		_, err := New(t.Context(), sshOptions(s.uri(s.Login, dmn.Sock), stranger))
+		if err == nil || !strings.Contains(err.Error(), "refused the ssh login of user \""+s.Login+"\" with the key "+stranger) {
 			t.Fatalf("unauthorized key: %v", err)
 		}
 	})
 	t.Run("no key at all", func(t *testing.T) {
-		_, err := New(t.Context(), sshOptions(s.uri(s.login, dmn.Sock), ""))
+		_, err := New(t.Context(), sshOptions(s.uri(s.Login, dmn.Sock), ""))
 		if err == nil || !strings.Contains(err.Error(), "no ssh key to log in with") || !strings.Contains(err.Error(), "sshKeyFile") {
 			t.Fatalf("no key: %v", err)
 		}
@@ -337,9 +201,9 @@ func TestSSHLoginRefused(t *testing.T) {
 // socket: nc says so, and labctl passes it on with the fix.
 func TestSSHNoLibvirtd(t *testing.T) {
 	s := startSSHD(t)
-	s.home(t, s.hostKey)
+	s.home(t, s.HostKey)
 	sock := filepath.Join(t.TempDir(), "libvirt-sock")
-	_, err := New(t.Context(), sshOptions(s.uri(s.login, sock), s.keyFile))
+	_, err := New(t.Context(), sshOptions(s.uri(s.Login, sock), s.KeyFile))
 	if err == nil || !strings.Contains(err.Error(), "libvirtd is not running on 127.0.0.1 (its socket "+sock+" is missing)") {
 		t.Fatalf("no daemon behind ssh: %v", err)
 	}
@@ -354,12 +218,12 @@ func TestSSHHostNotAnswering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &testSSHD{port: port}
-	_, signer := newKey(t)
+	s := &testSSHD{&libvirttest.SSHD{Port: port}}
+	_, signer := libvirttest.NewKey(t)
 	s.home(t, signer.PublicKey())
-	priv, _ := newKey(t)
+	priv, _ := libvirttest.NewKey(t)
 	keyFile := filepath.Join(t.TempDir(), "id_ed25519")
-	writeKey(t, keyFile, priv)
+	libvirttest.WriteKey(t, keyFile, priv)
 
 	o := sshOptions("qemu+ssh://me@127.0.0.1:"+port+"/system", keyFile)
 	o.DialTimeout = 500 * time.Millisecond
@@ -384,11 +248,11 @@ func TestSSHHostNotAnswering(t *testing.T) {
 func TestSSHKnownHostsFileAlone(t *testing.T) {
 	dmn := testLibvirtd(t)
 	s := startSSHD(t)
-	_, other := newKey(t)
+	_, other := libvirttest.NewKey(t)
 	writeKnown := func(keys ...ssh.PublicKey) string {
 		var lines []string
 		for _, k := range keys {
-			lines = append(lines, knownhosts.Line([]string{knownhosts.Normalize("127.0.0.1:" + s.port)}, k))
+			lines = append(lines, s.KnownHostsLine(k))
 		}
 		p := filepath.Join(t.TempDir(), "known_hosts")
 		if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
@@ -399,8 +263,8 @@ func TestSSHKnownHostsFileAlone(t *testing.T) {
 
 	// HOME trusts another key; the file trusts the host's: it connects.
 	s.home(t, other.PublicKey())
-	o := sshOptions(s.uri(s.login, dmn.Sock), s.keyFile)
-	o.KnownHostsFile = writeKnown(s.hostKey)
+	o := sshOptions(s.uri(s.Login, dmn.Sock), s.KeyFile)
+	o.KnownHostsFile = writeKnown(s.HostKey)
 	d, err := New(t.Context(), o)
 	if err != nil {
 		t.Fatalf("with the host's key in KnownHostsFile: %v", err)
@@ -408,7 +272,7 @@ func TestSSHKnownHostsFileAlone(t *testing.T) {
 	_ = d.Close()
 
 	// HOME trusts the host's key; the file does not: refused, naming the file.
-	s.home(t, s.hostKey)
+	s.home(t, s.HostKey)
 	o.KnownHostsFile = writeKnown(other.PublicKey())
 	_, err = New(t.Context(), o)
 	if err == nil || !strings.Contains(err.Error(), "changed") || !strings.Contains(err.Error(), o.KnownHostsFile) {

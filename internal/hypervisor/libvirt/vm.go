@@ -342,24 +342,68 @@ func (d *Driver) DeleteVM(ctx context.Context, vm hypervisor.VM) error {
 			return fmt.Errorf("stopping VM %s: %w", vm.Name, err)
 		}
 	}
+	// The volumes go before the domain: the domain's metadata is the
+	// record of them, so a delete cut off half way (the provider killed
+	// between two calls) finds the domain again and finishes; undefined
+	// first, its volumes would be left behind, known to nothing.
+	if len(meta.Volumes) > 0 {
+		p, err := d.pool()
+		if err != nil {
+			return fmt.Errorf("deleting the volumes %v of VM %s: %w", meta.Volumes, vm.Name, err)
+		}
+		var errs []error
+		for _, v := range meta.Volumes {
+			errs = append(errs, d.deleteVolume(p, v))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("deleting the volumes of VM %s: %w", vm.Name, err)
+		}
+	}
 	// labctl's VMs boot by BIOS (no NVRAM) and have no checkpoints.
 	flags := lv.DomainUndefineManagedSave | lv.DomainUndefineSnapshotsMetadata
 	if err := d.l.DomainUndefineFlags(dom, flags); err != nil {
 		return fmt.Errorf("undefining VM %s: %w", vm.Name, err)
 	}
-	if len(meta.Volumes) == 0 {
+	return nil
+}
+
+// RemoveLeftovers removes what a CreateVM of VM name cut off before its
+// domain was defined left in the pool: the volumes it names
+// <name>-disk<n>.qcow2 and <name>-seed.iso. While a domain of that name
+// exists on the host, whoever made it, nothing is touched: the volumes
+// are its own.
+func (d *Driver) RemoveLeftovers(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !vmNameRe.MatchString(name) {
+		return fmt.Errorf("removing the leftovers of VM %q: the name is not a DNS label", name)
+	}
+	if _, err := d.l.DomainLookupByName(name); err == nil {
 		return nil
+	} else if !isCode(err, lv.ErrNoDomain) {
+		return fmt.Errorf("looking up VM %s: %w", name, err)
 	}
 	p, err := d.pool()
-	if err != nil {
-		return fmt.Errorf("VM %s is gone but its volumes %v are not: %w", vm.Name, meta.Volumes, err)
+	if errors.Is(err, hypervisor.ErrNotFound) {
+		return nil
 	}
+	if err != nil {
+		return err
+	}
+	names, err := d.volumeNames(p)
+	if err != nil {
+		return err
+	}
+	own := regexp.MustCompile(`^` + regexp.QuoteMeta(name) + `-(disk[0-9]+\.qcow2|seed\.iso)$`)
 	var errs []error
-	for _, v := range meta.Volumes {
-		errs = append(errs, d.deleteVolume(p, v))
+	for _, v := range names {
+		if own.MatchString(v) {
+			errs = append(errs, d.deleteVolume(p, v))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("VM %s is gone but not all its volumes: %w", vm.Name, err)
+		return fmt.Errorf("removing the leftovers of VM %s: %w", name, err)
 	}
 	return nil
 }

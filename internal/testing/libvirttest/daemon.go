@@ -97,7 +97,13 @@ func StartPrivate(t testing.TB) *Daemon {
 
 func skipOrFail(t testing.TB, err error) {
 	t.Helper()
-	why := "cannot start the test's own libvirtd: " + err.Error()
+	skipOrFailWhy(t, "cannot start the test's own libvirtd: "+err.Error())
+}
+
+// skipOrFailWhy skips the test, or fails it where a skip would prove
+// nothing: under CI or LABCTL_REQUIRE_LIBVIRT.
+func skipOrFailWhy(t testing.TB, why string) {
+	t.Helper()
 	if os.Getenv("CI") != "" || os.Getenv("LABCTL_REQUIRE_LIBVIRT") != "" {
 		t.Fatal(why)
 	}

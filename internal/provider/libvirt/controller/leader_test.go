@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestLeaderElection(t *testing.T) {
 		go func() {
 			done <- controller.Run(ctx, controller.Options{
 				Kubeconfig: kubeconfig, HealthAddr: addr, LeaderElect: true, LeaderElectionNamespace: "default",
-				Log: &syncWriter{w: &discard{}},
+				Log: io.Discard,
 			})
 		}()
 		return cancel, done
@@ -66,10 +67,6 @@ func TestLeaderElection(t *testing.T) {
 		return h != "" && h != first, h
 	})
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 func get(url string) int {
 	resp, err := http.Get("http://" + url)

@@ -543,6 +543,12 @@ func (r *MachineReconciler) reconcileDelete(ctx context.Context, m *machineScope
 			}
 			vm, err := h.d.FindVM(ctx, m.lab, name)
 			if errors.Is(err, hypervisor.ErrNotFound) {
+				// A create cut off before its define leaves volumes no
+				// domain records.
+				if err := h.d.RemoveLeftovers(ctx, name); err != nil {
+					m.condition(false, v1alpha1.DeletingReason, "host %s: %v", h.spec.Name, err)
+					return reconcile.Result{}, err
+				}
 				continue
 			}
 			if err != nil {
