@@ -111,7 +111,7 @@ func startLibvirtProvider(ctx context.Context, t testing.TB, e *bootEnv) *syncBu
 			t.Errorf("the libvirt provider ended with %v", err)
 		}
 		if t.Failed() {
-			t.Logf("libvirt provider log (last 4 KiB):\n%s", runner.Tail(log.String(), 40))
+			t.Logf("libvirt provider log (last 40 lines):\n%s", runner.TailLines(log.String(), 40))
 		}
 	})
 	return log

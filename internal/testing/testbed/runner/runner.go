@@ -1159,7 +1159,12 @@ func Tail(path string, n int) string {
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return TailLines(string(data), n)
+}
+
+// TailLines is the last n lines of s, for a log kept in memory.
+func TailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
