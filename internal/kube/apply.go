@@ -282,9 +282,53 @@ func (c *Client) Apply(ctx context.Context, objs []*unstructured.Unstructured, o
 			if err := c.WaitFor(ctx, crdGVK, "", names, CRDEstablished(), o.CRDTimeout); err != nil {
 				return out, err
 			}
+			if err := c.waitServed(ctx, crds, o.CRDTimeout); err != nil {
+				return out, err
+			}
 		}
 	}
 	return out, nil
+}
+
+// waitServed waits until discovery lists the kinds of crds. The API server
+// marks a CRD Established before its discovery document names the new
+// kind (the two are updated apart), so objects of that kind applied at
+// once could be refused as not served.
+func (c *Client) waitServed(ctx context.Context, crds []*unstructured.Unstructured, timeout time.Duration) error {
+	var gvks []schema.GroupVersionKind
+	for _, d := range crds {
+		group, _, _ := unstructured.NestedString(d.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(d.Object, "spec", "names", "kind")
+		vs, _, _ := unstructured.NestedSlice(d.Object, "spec", "versions")
+		for _, v := range vs {
+			m, _ := v.(map[string]any)
+			name, _ := m["name"].(string)
+			if served, _ := m["served"].(bool); served && name != "" {
+				gvks = append(gvks, schema.GroupVersionKind{Group: group, Version: name, Kind: kind})
+			}
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	for _, gvk := range gvks {
+		for {
+			served, err := c.Serves(gvk)
+			if err != nil {
+				return err
+			}
+			if served {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("waiting for the server to serve %s: its CRD is Established but discovery does not list it after %s", gvk, timeout)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for the server to serve %s: %w", gvk, ctx.Err())
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 func (c *Client) applyOne(ctx context.Context, obj *unstructured.Unstructured, manager string) (Change, error) {
