@@ -10,7 +10,6 @@ package controller_test
 // N can be tried; the real VM boots in TestRealVMMachineDeployment.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,7 +19,6 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +32,7 @@ import (
 	"github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
 	"github.com/labctl/labctl/internal/provider/libvirt/controller"
 	"github.com/labctl/labctl/internal/testing/libvirttest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // childEnv carries a childConfig (JSON) to the re-executed test binary.
@@ -109,25 +108,8 @@ func runChild(raw string) int {
 // child is one provider process.
 type child struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testbed.LogBuffer
 	done chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startChild(t *testing.T, cfg childConfig) *child {
@@ -140,7 +122,7 @@ func startChild(t *testing.T, cfg childConfig) *child {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: exec.Command(self, "-test.run=^$"), out: &syncBuffer{}, done: make(chan struct{})}
+	c := &child{cmd: exec.Command(self, "-test.run=^$"), out: &testbed.LogBuffer{}, done: make(chan struct{})}
 	c.cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -50,6 +50,7 @@ import (
 	"github.com/labctl/labctl/internal/provider/libvirt/release"
 	"github.com/labctl/labctl/internal/testing/libvirttest"
 	"github.com/labctl/labctl/internal/testing/sshtest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 )
 
@@ -178,7 +179,7 @@ func (bd *bed) runInProcess(t *testing.T, providerKubeconfig string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	logs := &syncBuffer{}
+	logs := &testbed.LogBuffer{}
 	go func() {
 		done <- controller.Run(ctx, controller.Options{
 			Kubeconfig: providerKubeconfig, HealthAddr: "127.0.0.1:0", Concurrency: 2,

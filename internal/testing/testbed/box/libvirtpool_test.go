@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +33,7 @@ import (
 	"github.com/labctl/labctl/internal/provider/libvirt/controller"
 	"github.com/labctl/labctl/internal/provider/libvirt/release"
 	"github.com/labctl/labctl/internal/testing/sshtest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/runner"
 )
 
@@ -47,31 +47,13 @@ const (
 	kvmOnlyMemory = "4Gi"
 )
 
-// syncBuffer is a log both the provider and the test touch.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startLibvirtProvider installs labctl's libvirt provider in the box as
 // cluster-api-operator would, from the binary's own release components
 // (CRDs with the contract label, RBAC; not the Deployment), and runs the
 // provider, controller.Run as 'labctl provider libvirt' does, in the test
 // against the box. It stops when the test ends, after the box's other
 // cleanups were registered (so it runs through cluster delete).
-func startLibvirtProvider(ctx context.Context, t testing.TB, e *bootEnv) *syncBuffer {
+func startLibvirtProvider(ctx context.Context, t testing.TB, e *bootEnv) *testbed.LogBuffer {
 	t.Helper()
 	raw, err := release.Components("labctl:test", []string{"linux/amd64"})
 	if err != nil {
@@ -93,7 +75,7 @@ func startLibvirtProvider(ctx context.Context, t testing.TB, e *bootEnv) *syncBu
 	if _, err := e.kc.Apply(ctx, objs, kube.ApplyOptions{}); err != nil {
 		t.Fatalf("installing the libvirt provider's components: %v", err)
 	}
-	log := &syncBuffer{}
+	log := &testbed.LogBuffer{}
 	pctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
