@@ -10,7 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/testing/testbed"
+	"github.com/labctl/labctl/internal/versions"
 )
 
 // ssa server-side applies obj as labctl would: field manager labctl,
@@ -24,13 +26,14 @@ func ssa(ctx context.Context, c client.Client, obj *unstructured.Unstructured, d
 }
 
 // TestRenderedObjectsPassTheRealAPI renders every cluster of the owner's lab
-// and of the valid test labs, and applies each object to a real
-// kube-apiserver with the pinned CAPI v1.12.11, CAPMOX v0.9.0 and IPAM
+// and of the valid test labs, with the tenant ClusterClasses of each, and
+// applies each object to a real kube-apiserver with the pinned CAPI
+// v1.12.11, CAPMOX v0.9.0, IPAM and Kamaji control plane provider v0.20.0
 // CRDs and labctl's own libvirt provider's: first as a server-side dry
 // run, then for real. A second apply of the same objects must change
 // nothing.
 func TestRenderedObjectsPassTheRealAPI(t *testing.T) {
-	env := testbed.Start(t, testbed.WithCRDs("capi", "capmox", "ipam"), testbed.WithCRDPaths("../../embedded/provider/libvirt/crds"))
+	env := testbed.Start(t, testbed.WithCRDs("capi", "capmox", "ipam", "kamaji"), testbed.WithCRDPaths("../../embedded/provider/libvirt/crds"))
 	c, err := client.New(env.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +45,8 @@ func TestRenderedObjectsPassTheRealAPI(t *testing.T) {
 	labs := map[string]string{
 		"examples/lab.yaml":       "../../examples/lab.yaml",
 		"examples/lab-mixed.yaml": "../../examples/lab-mixed.yaml",
+		// Tenants: their ClusterClasses, and Clusters of them.
+		"examples/lab-tenants.yaml": tenantsExample,
 	}
 	valid, _ := filepath.Glob("../config/testdata/valid/*.yaml")
 	for _, p := range valid {
@@ -66,6 +71,21 @@ func TestRenderedObjectsPassTheRealAPI(t *testing.T) {
 
 	for name, path := range labs {
 		lab := load(t, path)
+		classes, err := clusterapi.TenantClusterClasses(clusterapi.Input{Lab: lab, SSHKeys: []string{ownerKey}, Pins: versions.MustGet()})
+		if err != nil {
+			t.Fatalf("%s: tenant ClusterClasses: %v", name, err)
+		}
+		if len(classes) > 0 {
+			if err := ssa(ctx, c, classes[0], false); err != nil {
+				t.Fatalf("%s: applying namespace %s: %v", name, classes[0].GetName(), err)
+			}
+			for _, o := range classes[1:] {
+				if err := ssa(ctx, c, o, false); err != nil {
+					t.Errorf("%s: %s %s/%s rejected: %v", name, o.GetKind(), o.GetNamespace(), o.GetName(), err)
+				}
+			}
+			t.Logf("%s: %d tenant ClusterClass objects accepted", name, len(classes))
+		}
 		for _, cl := range lab.Clusters {
 			r := render(t, lab, cl.Name)
 			// The credentials Secrets right after the namespace, as create
