@@ -23,7 +23,12 @@ into the cluster with Helm (ipam.mode kubernetes, k8sServiceHost the VIP),
 and start the cluster's cluster-autoscaler. Re-running changes nothing that is already
 right, and never touches the worker count the autoscaler chose.
 
---dry-run -o yaml prints every object without a management cluster.`,
+A tenant (controlPlane.provider: kamaji) is one Cluster of labctl's tenant
+ClusterClass, which 'mgmt install' applies; its API server is
+https://<management.ip>:<controlPlane.port> (docs/tenants.md).
+
+--dry-run -o yaml prints every object without a management cluster: for a
+tenant, the one manifest 'kubectl apply -f' needs to make it.`,
 		Example:           "  labctl cluster create lab1\n  labctl cluster create lab1 --dry-run\n  labctl cluster create lab1 --dry-run -o yaml",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: labNames(f, clusterNames),

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,7 +143,7 @@ func TestUnknownOutputIsUsageError(t *testing.T) {
 }
 
 func TestConfigValidateExamples(t *testing.T) {
-	for _, f := range []string{"../examples/lab.yaml", "../examples/local-kvm.yaml"} {
+	for _, f := range []string{"../examples/lab.yaml", "../examples/local-kvm.yaml", "../examples/lab-tenants.yaml"} {
 		code, out, errOut := run(t, "", "config", "validate", "-c", f)
 		if code != 0 || !strings.Contains(out, f+" is valid") {
 			t.Errorf("validate %s: exit %d\n%s%s", f, code, out, errOut)
@@ -265,6 +266,54 @@ func TestClusterCreateDryRunPrintsObjects(t *testing.T) {
 	code, _, errOut = run(t, "", "cluster", "create", "nope", "-c", lab, "--dry-run", "-o", "yaml")
 	if code != 1 || !strings.Contains(errOut, `cluster "nope" is not in the lab config; it has: lab1`) {
 		t.Errorf("unknown cluster: exit %d, %s", code, errOut)
+	}
+}
+
+// TestClusterCreateDryRunPrintsTenant: offline, the tenants' example
+// prints each tenant as the one manifest kubectl needs: its Namespace,
+// one Cluster of a labctl ClusterClass (no control plane or machine
+// objects of its own), for a KVM tenant its address pool and the hosts'
+// credentials Secrets without data, and its autoscaler.
+func TestClusterCreateDryRunPrintsTenant(t *testing.T) {
+	lab := testLabFrom(t, "../examples/lab-tenants.yaml")
+	for _, tc := range []struct {
+		name, class string
+		kinds       []string
+	}{
+		{"tenant1", "labctl-kamaji-proxmox", []string{"Namespace", "Cluster", "ServiceAccount", "ClusterRoleBinding", "Deployment"}},
+		{"tenant2", "labctl-kamaji-kvm", []string{"Namespace", "Secret", "Secret", "InClusterIPPool", "Cluster", "ServiceAccount", "ClusterRoleBinding", "Deployment"}},
+	} {
+		code, out, errOut := run(t, "", "cluster", "create", tc.name, "-c", lab, "--dry-run", "-o", "yaml")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.name, code, errOut)
+		}
+		var kinds []string
+		var cluster map[string]any
+		for _, doc := range strings.Split(out, "---\n")[1:] {
+			var o map[string]any
+			if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+				t.Fatalf("%s: %v\n%s", tc.name, err, doc)
+			}
+			kinds = append(kinds, o["kind"].(string))
+			if o["kind"] == "Cluster" {
+				cluster = o
+			}
+			if o["kind"] == "Secret" && o["data"] != nil {
+				t.Errorf("%s: a credentials Secret is printed with its data", tc.name)
+			}
+		}
+		if !slices.Equal(kinds, tc.kinds) {
+			t.Errorf("%s: kinds %v, want %v", tc.name, kinds, tc.kinds)
+		}
+		topo, _ := cluster["spec"].(map[string]any)["topology"].(map[string]any)
+		if ref, _ := topo["classRef"].(map[string]any); ref["name"] != tc.class || ref["namespace"] != "labctl-tenants" {
+			t.Errorf("%s: classRef %v, want %s in labctl-tenants", tc.name, topo["classRef"], tc.class)
+		}
+		for _, md := range topo["workers"].(map[string]any)["machineDeployments"].([]any) {
+			if _, has := md.(map[string]any)["replicas"]; has {
+				t.Errorf("%s: an autoscaled pool is printed with replicas", tc.name)
+			}
+		}
 	}
 }
 

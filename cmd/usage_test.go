@@ -78,12 +78,18 @@ func TestDeleteWithoutTerminalNeedsYes(t *testing.T) {
 // testLab writes the example lab with a public key that exists.
 func testLab(t *testing.T) string {
 	t.Helper()
+	return testLabFrom(t, "../examples/lab.yaml")
+}
+
+// testLabFrom is testLab from another example.
+func testLabFrom(t *testing.T, example string) string {
+	t.Helper()
 	dir := t.TempDir()
 	key := filepath.Join(dir, "id.pub")
 	if err := os.WriteFile(key, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile("../examples/lab.yaml")
+	data, err := os.ReadFile(example)
 	if err != nil {
 		t.Fatal(err)
 	}

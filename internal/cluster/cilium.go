@@ -54,7 +54,7 @@ func NewCilium(lab *config.Lab, c *config.Cluster) (*Cilium, error) {
 	}
 	return &Cilium{Release: helm.Release{
 		Name: clusterapi.CiliumRelease, Namespace: clusterapi.CiliumNamespace, Chart: ch,
-		Values: clusterapi.CiliumValues(c),
+		Values: clusterapi.CiliumValues(lab, c),
 	}}, nil
 }
 

@@ -104,6 +104,9 @@ func Describe(ctx context.Context, o Options) (*Description, error) {
 		return nil, fmt.Errorf("discovering the objects of cluster %s/%s: %w", ns, name, err)
 	}
 	d.Tree = t
+	if err := addTenantControlPlane(ctx, m, ns, d.Tree); err != nil {
+		return nil, err
+	}
 
 	dep, found, err := m.Get(ctx, kube.Ref{GVK: kube.DeploymentGVK, Namespace: ns, Name: clusterapi.AutoscalerName})
 	if err != nil {
@@ -113,6 +116,59 @@ func Describe(ctx context.Context, o Options) (*Description, error) {
 		d.Tree.Children = append(d.Tree.Children, autoscalerNode(dep))
 	}
 	return d, nil
+}
+
+// addTenantControlPlane hangs Kamaji's TenantControlPlane under a
+// tenant's KamajiControlPlane (the provider names it alike): its version
+// status, its Deployment's pods, its endpoint and its datastore, which
+// the KamajiControlPlane does not show. A Ready TenantControlPlane says
+// only that its Deployment is up (Kamaji e51909f), so the pods and the
+// datastore are shown beside it.
+func addTenantControlPlane(ctx context.Context, m *kube.Client, ns string, tree *Node) error {
+	var kcp *Node
+	for _, c := range tree.Children {
+		if c.Role == "ControlPlane" && c.Kind == clusterapi.KamajiControlPlaneGVK.Kind {
+			kcp = c
+		}
+	}
+	if kcp == nil {
+		return nil
+	}
+	served, err := m.Serves(clusterapi.TenantControlPlaneGVK)
+	if err != nil || !served {
+		return err
+	}
+	tcp, found, err := m.Get(ctx, kube.Ref{GVK: clusterapi.TenantControlPlaneGVK, Namespace: ns, Name: kcp.Name})
+	if err != nil || !found {
+		return err
+	}
+	n := node(tcp, "")
+	n.Details = tenantDetails(tcp)
+	kcp.Children = append(kcp.Children, n)
+	return nil
+}
+
+// tenantDetails are a TenantControlPlane's version status, pods,
+// endpoint and datastore.
+func tenantDetails(tcp *unstructured.Unstructured) string {
+	k := func(path ...string) []string { return append([]string{"status", "kubernetesResources"}, path...) }
+	parts := []string{fmt.Sprintf("%s %s", str(tcp, k("version", "version")...), str(tcp, k("version", "status")...))}
+	parts = append(parts, fmt.Sprintf("pods %d/%d ready", num(tcp, k("deployment", "readyReplicas")...), num(tcp, k("deployment", "replicas")...)))
+	if e := str(tcp, "status", "controlPlaneEndpoint"); e != "" {
+		parts = append(parts, "endpoint "+e)
+	}
+	ds := str(tcp, "status", "storage", "dataStoreName")
+	if ds == "" {
+		ds = str(tcp, "spec", "dataStore")
+	}
+	if ds != "" {
+		s := "datastore " + ds
+		if schema := str(tcp, "status", "storage", "setup", "schema"); schema != "" {
+			s += " (prefix " + schema + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // node reads one object's kind, name, conditions and labctl's details. The
@@ -166,6 +222,7 @@ func details(o *unstructured.Unstructured, role string) string {
 		}
 		return fmt.Sprintf("%s, %s, %s", phase, node, str(o, "spec", "version"))
 	case role == "ControlPlane":
+		// KubeadmControlPlane and KamajiControlPlane (contract v1beta2) alike.
 		init, _, _ := unstructured.NestedBool(o.Object, "status", "initialization", "controlPlaneInitialized")
 		s := fmt.Sprintf("%d/%d ready, %d up to date, %s", num(o, "status", "readyReplicas"), num(o, "spec", "replicas"),
 			num(o, "status", "upToDateReplicas"), str(o, "spec", "version"))

@@ -43,6 +43,15 @@ func Scale(ctx context.Context, o ScaleOptions) error {
 		pool = clusterapi.WorkerPool
 	}
 	mdName := clusterapi.PoolMachineDeploymentName(name, pool)
+	cl, found, err := m.Get(ctx, kube.Ref{GVK: clusterapi.ClusterGVK, Namespace: ns, Name: name})
+	if err != nil {
+		return err
+	}
+	if found {
+		if class, _, _ := unstructured.NestedString(cl.Object, "spec", "topology", "classRef", "name"); class != "" {
+			return scaleTopology(ctx, o, cl, pool)
+		}
+	}
 	md, found, err := m.Get(ctx, kube.Ref{GVK: clusterapi.MachineDeploymentGVK, Namespace: ns, Name: mdName})
 	if err != nil {
 		return err
@@ -50,19 +59,79 @@ func Scale(ctx context.Context, o ScaleOptions) error {
 	if !found {
 		return fmt.Errorf("cluster %s has no MachineDeployment %s/%s for pool %s; was it created with labctl cluster create? (a cluster with pools names one with --pool; labctl cluster list shows them)", name, ns, mdName, pool)
 	}
-	ann := md.GetAnnotations()
-	curMin, hasMin := ann[clusterapi.AnnotationMinSize]
-	curMax, hasMax := ann[clusterapi.AnnotationMaxSize]
-	autoscaled := hasMin && hasMax
 	patch := &unstructured.Unstructured{}
 	patch.SetGroupVersionKind(clusterapi.MachineDeploymentGVK)
 	patch.SetNamespace(ns)
 	patch.SetName(mdName)
-	var change string
-	upToDate := false
+	cur, _, _ := unstructured.NestedInt64(md.Object, "spec", "replicas")
+	_, hasReplicas, _ := unstructured.NestedFieldNoCopy(md.Object, "spec", "replicas")
+	ann, replicas, change, upToDate, err := scaleChange(o, "MachineDeployment "+ns+"/"+mdName, md.GetAnnotations(), cur, hasReplicas)
+	if err != nil {
+		return err
+	}
+	if ann != nil {
+		patch.SetAnnotations(ann)
+	} else {
+		_ = unstructured.SetNestedField(patch.Object, replicas, "spec", "replicas")
+	}
+	return runScale(ctx, o, change, upToDate, patch)
+}
+
+// scaleTopology scales a pool of a Cluster made from a ClusterClass (a
+// tenant): the bounds live in the Cluster's
+// topology.workers.machineDeployments[].metadata.annotations and a fixed
+// pool's count in its replicas, which Cluster API's topology controller
+// copies onto the MachineDeployment (and would put back over a change
+// made there). The entry is applied alone, keyed by its name.
+func scaleTopology(ctx context.Context, o ScaleOptions, cl *unstructured.Unstructured, pool string) error {
+	ns, name := cl.GetNamespace(), cl.GetName()
+	entry, names := clusterapi.TopologyPool(cl, pool)
+	if entry == nil {
+		return fmt.Errorf("cluster %s has no pool %s in its topology (it has: %s); name one with --pool", name, pool, strings.Join(names, ", "))
+	}
+	ann, _, _ := unstructured.NestedStringMap(entry, "metadata", "annotations")
+	cur, hasReplicas, _ := unstructured.NestedInt64(entry, "replicas")
+	what := fmt.Sprintf("pool %s of Cluster %s/%s (topology)", pool, ns, name)
+	newAnn, replicas, change, upToDate, err := scaleChange(o, what, ann, cur, hasReplicas)
+	if err != nil {
+		return err
+	}
+	class, _ := entry["class"].(string)
+	item := map[string]any{"name": pool, "class": class}
+	if newAnn != nil {
+		item["metadata"] = map[string]any{"annotations": toAny(newAnn)}
+	} else {
+		item["replicas"] = replicas
+	}
+	patch := &unstructured.Unstructured{}
+	patch.SetGroupVersionKind(clusterapi.ClusterGVK)
+	patch.SetNamespace(ns)
+	patch.SetName(name)
+	_ = unstructured.SetNestedSlice(patch.Object, []any{item}, "spec", "topology", "workers", "machineDeployments")
+	return runScale(ctx, o, change, upToDate, patch)
+}
+
+func toAny(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// scaleChange is scale's rule for one pool, wherever its numbers live:
+// an autoscaled pool (the bounds annotations present) gets new bounds
+// and never replicas; a fixed one gets replicas. It returns the
+// annotations to write (nil for a fixed pool) or the replicas, the
+// sentence for the plan, and whether nothing changes.
+func scaleChange(o ScaleOptions, what string, ann map[string]string, cur int64, hasReplicas bool) (map[string]string, int64, string, bool, error) {
+	name := o.Name
+	curMin, hasMin := ann[clusterapi.AnnotationMinSize]
+	curMax, hasMax := ann[clusterapi.AnnotationMaxSize]
+	autoscaled := hasMin && hasMax
 	switch {
 	case autoscaled && o.Replicas != nil:
-		return fmt.Errorf("cluster %s: the workers are autoscaled (min %s, max %s), so the autoscaler sets their count; use --min and --max", name, curMin, curMax)
+		return nil, 0, "", false, fmt.Errorf("cluster %s: the workers are autoscaled (min %s, max %s), so the autoscaler sets their count; use --min and --max", name, curMin, curMax)
 	case autoscaled:
 		lo, hi := atoi(curMin), atoi(curMax)
 		if o.Min != nil {
@@ -72,26 +141,30 @@ func Scale(ctx context.Context, o ScaleOptions) error {
 			hi = *o.Max
 		}
 		if o.Min == nil && o.Max == nil {
-			return fmt.Errorf("cluster %s: give --min, --max or both", name)
+			return nil, 0, "", false, fmt.Errorf("cluster %s: give --min, --max or both", name)
 		}
 		if lo < 0 || hi < 1 || hi < lo {
-			return fmt.Errorf("cluster %s: --min %d --max %d: need 0 <= min <= max and max >= 1", name, lo, hi)
+			return nil, 0, "", false, fmt.Errorf("cluster %s: --min %d --max %d: need 0 <= min <= max and max >= 1", name, lo, hi)
 		}
-		patch.SetAnnotations(map[string]string{clusterapi.AnnotationMinSize: strconv.Itoa(lo), clusterapi.AnnotationMaxSize: strconv.Itoa(hi)})
-		change = fmt.Sprintf("set worker bounds of MachineDeployment %s/%s to min %d, max %d (were %s, %s)", ns, mdName, lo, hi, curMin, curMax)
-		upToDate = curMin == strconv.Itoa(lo) && curMax == strconv.Itoa(hi)
+		return map[string]string{clusterapi.AnnotationMinSize: strconv.Itoa(lo), clusterapi.AnnotationMaxSize: strconv.Itoa(hi)}, 0,
+			fmt.Sprintf("set worker bounds of %s to min %d, max %d (were %s, %s)", what, lo, hi, curMin, curMax),
+			curMin == strconv.Itoa(lo) && curMax == strconv.Itoa(hi), nil
 	case o.Min != nil || o.Max != nil:
-		return fmt.Errorf("cluster %s: the workers are a fixed pool, not autoscaled; use --replicas, or give workers.min < workers.max in lab.yaml and run cluster create", name)
+		return nil, 0, "", false, fmt.Errorf("cluster %s: the workers are a fixed pool, not autoscaled; use --replicas, or give workers.min < workers.max in lab.yaml and run cluster create", name)
 	case o.Replicas == nil:
-		return fmt.Errorf("cluster %s: give --replicas", name)
+		return nil, 0, "", false, fmt.Errorf("cluster %s: give --replicas", name)
 	case *o.Replicas < 0:
-		return fmt.Errorf("cluster %s: --replicas %d must be 0 or more", name, *o.Replicas)
+		return nil, 0, "", false, fmt.Errorf("cluster %s: --replicas %d must be 0 or more", name, *o.Replicas)
 	default:
-		_ = unstructured.SetNestedField(patch.Object, int64(*o.Replicas), "spec", "replicas")
-		cur, has, _ := unstructured.NestedInt64(md.Object, "spec", "replicas")
-		change = fmt.Sprintf("set replicas of MachineDeployment %s/%s to %d (was %d)", ns, mdName, *o.Replicas, cur)
-		upToDate = has && cur == int64(*o.Replicas)
+		return nil, int64(*o.Replicas), fmt.Sprintf("set replicas of %s to %d (was %d)", what, *o.Replicas, cur),
+			hasReplicas && cur == int64(*o.Replicas), nil
 	}
+}
+
+// runScale applies patch under scale's own field manager, as one step.
+func runScale(ctx context.Context, o ScaleOptions, change string, upToDate bool, patch *unstructured.Unstructured) error {
+	m, name := o.Mgmt, o.Name
+	what := patch.GetKind() + " " + patch.GetNamespace() + "/" + patch.GetName()
 	run := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
 	return run.Run(ctx, []step.Step{{
 		Name: "scale cluster " + name,
@@ -106,7 +179,7 @@ func Scale(ctx context.Context, o ScaleOptions) error {
 			// would drop every other field create applied.
 			_, err := m.Apply(ctx, []*unstructured.Unstructured{patch}, kube.ApplyOptions{FieldManager: ScaleFieldManager})
 			if err != nil {
-				return fmt.Errorf("scaling MachineDeployment %s/%s: %w", ns, mdName, err)
+				return fmt.Errorf("scaling %s: %w", what, err)
 			}
 			return nil
 		},

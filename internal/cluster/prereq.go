@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/kube"
 )
 
@@ -23,7 +24,7 @@ var clusterRoleGVK = schema.GroupVersionKind{Group: "rbac.authorization.k8s.io",
 func checkPrerequisites(ctx context.Context, m *kube.Client, name string, sets ...[]*unstructured.Unstructured) error {
 	seen := map[schema.GroupVersionKind]bool{}
 	roles := map[string]bool{}
-	var kinds, missingRoles []string
+	var kinds, missingRoles, missingClasses []string
 	for _, objs := range sets {
 		for _, o := range objs {
 			gvk := o.GroupVersionKind()
@@ -35,6 +36,25 @@ func checkPrerequisites(ctx context.Context, m *kube.Client, name string, sets .
 				}
 				if !served {
 					kinds = append(kinds, fmt.Sprintf("%s (%s)", gvk.Kind, gvk.GroupVersion()))
+				}
+			}
+			// A tenant's Cluster names a labctl ClusterClass, which 'mgmt
+			// install' applies.
+			if class, _, _ := unstructured.NestedString(o.Object, "spec", "topology", "classRef", "name"); gvk == clusterapi.ClusterGVK && class != "" {
+				cns, _, _ := unstructured.NestedString(o.Object, "spec", "topology", "classRef", "namespace")
+				if cns == "" {
+					cns = o.GetNamespace()
+				}
+				if served, err := m.Serves(clusterapi.ClusterClassGVK); err != nil {
+					return fmt.Errorf("checking that the management cluster %s serves ClusterClass: %w", m.Host(), err)
+				} else if served {
+					_, found, err := m.Get(ctx, kube.Ref{GVK: clusterapi.ClusterClassGVK, Namespace: cns, Name: class})
+					if err != nil {
+						return fmt.Errorf("checking the management cluster %s for ClusterClass %s/%s: %w", m.Host(), cns, class, err)
+					}
+					if !found {
+						missingClasses = append(missingClasses, cns+"/"+class)
+					}
 				}
 			}
 			if gvk.Kind == "ClusterRoleBinding" || gvk.Kind == "RoleBinding" {
@@ -53,7 +73,7 @@ func checkPrerequisites(ctx context.Context, m *kube.Client, name string, sets .
 			}
 		}
 	}
-	if len(kinds) == 0 && len(missingRoles) == 0 {
+	if len(kinds) == 0 && len(missingRoles) == 0 && len(missingClasses) == 0 {
 		return nil
 	}
 	sort.Strings(kinds)
@@ -63,6 +83,9 @@ func checkPrerequisites(ctx context.Context, m *kube.Client, name string, sets .
 	}
 	if len(missingRoles) > 0 {
 		what = append(what, "ClusterRole "+strings.Join(missingRoles, ", ")+" is missing")
+	}
+	if len(missingClasses) > 0 {
+		what = append(what, "ClusterClass "+strings.Join(missingClasses, ", ")+" is missing")
 	}
 	return fmt.Errorf("the management cluster %s cannot hold cluster %s yet: %s; run 'labctl mgmt install' (and 'labctl mgmt status' to see each component); nothing was written",
 		m.Host(), name, strings.Join(what, "; "))

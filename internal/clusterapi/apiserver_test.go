@@ -10,7 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/testing/testbed"
+	"github.com/labctl/labctl/internal/versions"
 )
 
 // ssa server-side applies obj as labctl would: field manager labctl,
@@ -24,9 +26,9 @@ func ssa(ctx context.Context, c client.Client, obj *unstructured.Unstructured, d
 }
 
 // TestRenderedObjectsPassTheRealAPI renders every cluster of the owner's lab
-// and of the valid test labs, and applies each object to a real
-// kube-apiserver with the pinned CAPI v1.12.11, CAPMOX v0.9.0 and IPAM
-// CRDs and labctl's own libvirt provider's: first as a server-side dry
+// and of the valid test labs, tenants included, and applies each object to
+// a real kube-apiserver with the pinned CAPI v1.12.11, CAPMOX v0.9.0 and
+// IPAM CRDs and labctl's own libvirt provider's: first as a server-side dry
 // run, then for real. A second apply of the same objects must change
 // nothing.
 func TestRenderedObjectsPassTheRealAPI(t *testing.T) {
@@ -42,6 +44,8 @@ func TestRenderedObjectsPassTheRealAPI(t *testing.T) {
 	labs := map[string]string{
 		"examples/lab.yaml":       "../../examples/lab.yaml",
 		"examples/lab-mixed.yaml": "../../examples/lab-mixed.yaml",
+		// Tenants: Clusters of labctl's ClusterClasses.
+		"examples/lab-tenants.yaml": tenantsExample,
 	}
 	valid, _ := filepath.Glob("../config/testdata/valid/*.yaml")
 	for _, p := range valid {
@@ -121,4 +125,53 @@ func versionsOf(ctx context.Context, t *testing.T, c client.Client, objs []*unst
 		out[o.GetKind()+"/"+o.GetName()] = live.GetResourceVersion()
 	}
 	return out
+}
+
+// TestTenantClassesPassTheRealAPI applies labctl's tenant ClusterClasses
+// and their templates, for each lab with tenants, to a real kube-apiserver
+// with the Kamaji control plane provider v0.20.0's CRDs beside Cluster
+// API's, CAPMOX's and labctl's libvirt provider's, twice: the second apply
+// changes nothing. The same API refuses a field the Kamaji template lacks.
+func TestTenantClassesPassTheRealAPI(t *testing.T) {
+	env := testbed.Start(t, testbed.WithCRDs("capi", "capmox", "kamaji"), testbed.WithCRDPaths("../../embedded/provider/libvirt/crds"))
+	c, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = client.WithFieldValidation(c, "Strict")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	for _, path := range []string{tenantsExample, "../config/testdata/valid/tenants.yaml"} {
+		classes, err := clusterapi.TenantClusterClasses(clusterapi.Input{Lab: load(t, path), SSHKeys: []string{ownerKey}, Pins: versions.MustGet()})
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(classes) < 2 {
+			t.Fatalf("%s: no tenant ClusterClasses rendered", path)
+		}
+		for _, o := range classes {
+			if err := ssa(ctx, c, o, false); err != nil {
+				t.Errorf("%s: %s %s/%s rejected: %v", path, o.GetKind(), o.GetNamespace(), o.GetName(), err)
+			}
+		}
+		before := versionsOf(ctx, t, c, classes)
+		for _, o := range classes {
+			if err := ssa(ctx, c, o, false); err != nil {
+				t.Fatalf("re-apply %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+		if after := versionsOf(ctx, t, c, classes); !equalJSON(before, after) {
+			t.Errorf("%s: re-applying unchanged classes changed them: %v → %v", path, before, after)
+		}
+		t.Logf("%s: %d tenant ClusterClass objects accepted", path, len(classes))
+	}
+	objs, err := clusterapi.TenantClusterClasses(clusterapi.Input{Lab: load(t, tenantsExample), SSHKeys: []string{ownerKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := objs[1].DeepCopy() // the KamajiControlPlaneTemplate
+	_ = unstructured.SetNestedField(bad.Object, "x", "spec", "template", "spec", "network", "notAField")
+	if err := ssa(ctx, c, bad, true); err == nil {
+		t.Errorf("the API server accepted %s spec.template.spec.network.notAField; the check proves nothing", bad.GetKind())
+	}
 }

@@ -19,17 +19,19 @@ const (
 //     clusterPoolIPv4PodCIDRList is for cluster-pool IPAM and is not set.
 //   - ipv4NativeRoutingCIDR: the pod CIDR, the range Cilium does not
 //     masquerade and would route natively.
-//   - k8sServiceHost/Port: the kube-vip VIP. Cilium cannot use the
-//     kubernetes Service before it is up itself.
+//   - k8sServiceHost/Port: the API server's address (Endpoint): the
+//     kube-vip VIP, or a tenant's management.ip:port. Cilium cannot use
+//     the kubernetes Service before it is up itself.
 //   - operator.replicas 1: the control plane is the one node guaranteed to
 //     exist (workers scale to zero); a second operator replica would stay
 //     Pending and make the autoscaler add a worker for nothing.
-func CiliumValues(c *config.Cluster) map[string]any {
+func CiliumValues(lab *config.Lab, c *config.Cluster) map[string]any {
+	host, port := Endpoint(lab, c)
 	return map[string]any{
 		"ipam":                  map[string]any{"mode": "kubernetes"},
 		"ipv4NativeRoutingCIDR": c.PodCIDR,
-		"k8sServiceHost":        c.ControlPlane.Endpoint,
-		"k8sServicePort":        APIServerPort,
+		"k8sServiceHost":        host,
+		"k8sServicePort":        port,
 		"operator":              map[string]any{"replicas": 1},
 	}
 }

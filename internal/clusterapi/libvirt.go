@@ -66,6 +66,17 @@ func (r *renderer) libvirtCluster(name string, hypervisors []string, infra bool)
 	if lo.clusters[name] {
 		return name, nil
 	}
+	lc, err := r.libvirtClusterObject(name, hypervisors, infra)
+	if err != nil {
+		return "", err
+	}
+	return name, r.add(lc)
+}
+
+// libvirtClusterObject is the LibvirtCluster libvirtCluster adds, with
+// its hosts' credentials Secrets rendered.
+func (r *renderer) libvirtClusterObject(name string, hypervisors []string, infra bool) (*libvirtv1.LibvirtCluster, error) {
+	lo := &r.libvirt
 	if lo.clusters == nil {
 		lo.clusters, lo.secretOf = map[string]bool{}, map[string]string{}
 	}
@@ -88,7 +99,7 @@ func (r *renderer) libvirtCluster(name string, hypervisors []string, infra bool)
 	for i, hv := range hypervisors {
 		h, err := r.in.Lab.Hypervisor(hv)
 		if err != nil || h.Libvirt == nil {
-			return "", fmt.Errorf("cluster %s: %s is not a libvirt hypervisor of the lab", c.Name, hv)
+			return nil, fmt.Errorf("cluster %s: %s is not a libvirt hypervisor of the lab", c.Name, hv)
 		}
 		if i == 0 {
 			// Validation keeps every host of one LibvirtCluster on one network.
@@ -96,7 +107,7 @@ func (r *renderer) libvirtCluster(name string, hypervisors []string, infra bool)
 		}
 		secret, err := r.credentials(h)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		host := libvirtv1.LibvirtHost{Name: h.Name, URI: h.Libvirt.URI, CredentialsRef: libvirtv1.SecretReference{Name: secret}}
 		if !infra {
@@ -105,7 +116,7 @@ func (r *renderer) libvirtCluster(name string, hypervisors []string, infra bool)
 		}
 		lc.Spec.Hosts = append(lc.Spec.Hosts, host)
 	}
-	return name, r.add(lc)
+	return lc, nil
 }
 
 // credentials renders host h's credentials Secret once, without data:

@@ -118,6 +118,12 @@ func Render(in Input) (*Rendered, error) {
 		return nil, err
 	}
 	r := &renderer{in: in, c: c, ns: Namespace(c.Name)}
+	if c.Kamaji() {
+		if err := r.setHypervisor(); err != nil {
+			return nil, err
+		}
+		return r.renderTenant()
+	}
 	return r.render()
 }
 
@@ -145,20 +151,31 @@ type PoolRender struct {
 	Min, Max    int
 }
 
-func (r *renderer) render() (*Rendered, error) {
+// setHypervisor finds the cluster's hypervisor, and checks there are keys
+// for its nodes.
+func (r *renderer) setHypervisor() error {
 	c := r.c
 	h, err := r.in.Lab.Hypervisor(c.Hypervisor)
 	if err != nil {
-		return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
+		return fmt.Errorf("cluster %s: %w", c.Name, err)
 	}
 	// Validation refuses this already; the rule is config's.
 	if why := config.ClustersOn(h); why != "" {
-		return nil, fmt.Errorf("cluster %s: %s", c.Name, why)
+		return fmt.Errorf("cluster %s: %s", c.Name, why)
 	}
 	r.h, r.px = h, h.Proxmox
 	if len(r.in.SSHKeys) == 0 {
-		return nil, fmt.Errorf("cluster %s: no SSH public key to put on the nodes; set management.sshPublicKeys or management.sshPublicKeyFile", c.Name)
+		return fmt.Errorf("cluster %s: no SSH public key to put on the nodes; set management.sshPublicKeys or management.sshPublicKeyFile", c.Name)
 	}
+	return nil
+}
+
+func (r *renderer) render() (*Rendered, error) {
+	c := r.c
+	if err := r.setHypervisor(); err != nil {
+		return nil, err
+	}
+	h := r.h
 	nsObj := &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: r.ns, Labels: r.labels()}}
 	if err := r.add(nsObj); err != nil {
 		return nil, err
@@ -205,14 +222,20 @@ func (r *renderer) render() (*Rendered, error) {
 			return nil, err
 		}
 	}
+	return r.finish(kcp.Name, pools)
+}
+
+// finish takes the objects rendered so far as the cluster's, renders its
+// autoscaler, and returns both.
+func (r *renderer) finish(controlPlane string, pools []PoolRender) (*Rendered, error) {
 	objs := r.out
 	r.out = nil
 	if err := r.autoscaler(); err != nil {
 		return nil, err
 	}
 	return &Rendered{
-		Name: c.Name, Namespace: r.ns, Objects: objs, Autoscaler: r.out, Credentials: r.libvirt.secrets,
-		MachineDeployment: pools[0].MachineDeployment, ControlPlane: kcp.Name, Autoscaled: pools[0].Autoscaled, Pools: pools,
+		Name: r.c.Name, Namespace: r.ns, Objects: objs, Autoscaler: r.out, Credentials: r.libvirt.secrets,
+		MachineDeployment: pools[0].MachineDeployment, ControlPlane: controlPlane, Autoscaled: pools[0].Autoscaled, Pools: pools,
 	}, nil
 }
 
@@ -289,12 +312,15 @@ func (r *renderer) pool(p config.Pool) (renderedPool, error) {
 }
 
 // add converts a typed object to unstructured and keeps it.
-func (r *renderer) add(obj any) error {
+func (r *renderer) add(obj any) error { return appendObject(&r.out, obj) }
+
+// appendObject converts a typed object to unstructured and appends it.
+func appendObject(out *[]*unstructured.Unstructured, obj any) error {
 	u, err := toUnstructured(obj)
 	if err != nil {
 		return err
 	}
-	r.out = append(r.out, u)
+	*out = append(*out, u)
 	return nil
 }
 
@@ -520,11 +546,13 @@ func hashName(prefix, tag string, spec any) (string, error) {
 }
 
 // users is the login user on every node, with the owner's SSH keys.
-func (r *renderer) users() []bootstrapv1.User {
+func (r *renderer) users() []bootstrapv1.User { return users(r.in.Lab, r.in.SSHKeys) }
+
+func users(lab *config.Lab, keys []string) []bootstrapv1.User {
 	return []bootstrapv1.User{{
-		Name:              r.in.Lab.Management.User,
+		Name:              lab.Management.User,
 		Sudo:              "ALL=(ALL) NOPASSWD:ALL",
-		SSHAuthorizedKeys: r.in.SSHKeys,
+		SSHAuthorizedKeys: keys,
 	}}
 }
 
@@ -585,7 +613,7 @@ func (r *renderer) kubeadmConfigTemplate(p config.Pool, libvirt bool) *bootstrap
 	// lands before the node's CNI is up, and the autoscaler's --startup-taint
 	// does not count it against the new node. The capacity annotation
 	// keeps only the pool's own taints.
-	taints := []corev1.Taint{{Key: StartupTaint, Value: "true", Effect: corev1.TaintEffectNoExecute}}
+	taints := []corev1.Taint{startupTaint()}
 	for _, t := range w.Taints {
 		taints = append(taints, parseTaint(t))
 	}
@@ -600,6 +628,11 @@ func (r *renderer) kubeadmConfigTemplate(p config.Pool, libvirt bool) *bootstrap
 			},
 		}},
 	}
+}
+
+// startupTaint is Cilium's taint every worker registers with.
+func startupTaint() corev1.Taint {
+	return corev1.Taint{Key: StartupTaint, Value: "true", Effect: corev1.TaintEffectNoExecute}
 }
 
 // workerLabels are the pool label plus the pool's labels, sorted.

@@ -155,6 +155,33 @@ func TestOptionalProvidersAndGates(t *testing.T) {
 	}
 }
 
+// TestTenantsLabDerivesItsProviders: the tenants' example enables no
+// provider in management.stack, yet its tenants need Kamaji's provider
+// and the ClusterTopology gate, and its KVM pool the libvirt provider:
+// the install takes them from config.Lab.Providers.
+func TestTenantsLabDerivesItsProviders(t *testing.T) {
+	t.Setenv("PVE_TOKEN_SECRET", secret)
+	lab := load(t, "../../examples/lab-tenants.yaml")
+	if st := lab.Management.Stack; st.Kamaji.Enabled || st.Libvirt.Enabled || st.ClusterClass {
+		t.Fatalf("the example enables providers itself: %+v", st)
+	}
+	cs := build(t, lab, components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+	got := names(cs)
+	for _, want := range []string{"InfrastructureProvider libvirt " + release.DevVersion, "ControlPlaneProvider kamaji v0.20.0"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("stack lacks %s: %s", want, got)
+		}
+	}
+	for _, c := range cs {
+		if c.Name != "CoreProvider cluster-api" {
+			continue
+		}
+		if g, _, _ := unstructured.NestedBool(providerCR(t, c).Object, "spec", "manager", "featureGates", "ClusterTopology"); !g {
+			t.Error("the core provider lacks the ClusterTopology gate tenants need")
+		}
+	}
+}
+
 func TestLibvirtOnlyLabHasNoCAPMOX(t *testing.T) {
 	cs := build(t, load(t, "../../examples/local-kvm.yaml"), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	if got := names(cs); strings.Contains(got, "proxmox") {

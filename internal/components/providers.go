@@ -68,8 +68,11 @@ const maxPlainComponents = 768 << 10
 
 func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret func(*config.Hypervisor) (string, error)) ([]Component, error) {
 	st := lab.Management.Stack
+	// What the lab's clusters need too, not only what the stack enables
+	// (config.Lab.Providers is the one rule validation reads as well).
+	need := lab.Providers()
 	var gates map[string]bool
-	if st.ClusterClass {
+	if need.ClusterTopology {
 		// ClusterClass needs the topology controller in core and KCP.
 		gates = map[string]bool{"ClusterTopology": true}
 	}
@@ -106,10 +109,10 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 		defs = append(defs, d)
 	}
 	defs = append(defs, providerDef{kind: "IPAMProvider", ctype: "ipam", name: "in-cluster", namespace: "capi-ipam-in-cluster-system", version: pins.IPAMInCluster})
-	if st.Libvirt.Enabled {
+	if need.Libvirt {
 		defs = append(defs, libvirtDef(pins.LibvirtProvider, release.Version(versions.Version)))
 	}
-	if st.Kamaji.Enabled {
+	if need.Kamaji {
 		defs = append(defs, providerDef{kind: "ControlPlaneProvider", ctype: "control-plane", name: "kamaji", namespace: "kamaji-system",
 			version: pins.KamajiControlPlane, fetchURL: st.Kamaji.FetchURL})
 	}

@@ -118,7 +118,12 @@ func TestValidConfigs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append(files, labExample, localExample)
+	// Every example in the repository, the tenants' lab included.
+	examples, err := filepath.Glob("../../examples/*.yaml")
+	if err != nil || len(examples) < 4 {
+		t.Fatalf("examples: %v %v", examples, err)
+	}
+	files = append(files, examples...)
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			lab, src, err := config.Load(context.Background(), config.Request{Path: path, Explicit: true})

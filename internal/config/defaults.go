@@ -120,7 +120,10 @@ func SetDefaults(lab *Lab, pins versions.Pins) {
 		if c.ControlPlane.Replicas == 0 {
 			c.ControlPlane.Replicas = defaultCPReplicas
 		}
-		defaultSize(&c.ControlPlane.Size, defaultCPSize)
+		if !c.Kamaji() {
+			// A Kamaji control plane is pods, not VMs: it has no size.
+			defaultSize(&c.ControlPlane.Size, defaultCPSize)
+		}
 		if len(c.Pools) == 0 {
 			if c.Workers.Max == 0 && c.Workers.Min == 0 {
 				c.Workers.Max = defaultWorkersMax

@@ -269,13 +269,39 @@ type Autoscaler struct {
 	MaxNodeProvisionTime          string `yaml:"maxNodeProvisionTime" json:"maxNodeProvisionTime"`
 }
 
-// ControlPlane is the kubeadm control plane and its kube-vip VIP.
+// Control plane providers a cluster may choose.
+const (
+	// ControlPlaneKubeadm is the default: control-plane VMs made by
+	// KubeadmControlPlane, reached at a kube-vip VIP.
+	ControlPlaneKubeadm = "kubeadm"
+	// ControlPlaneKamaji is a hosted control plane: Kamaji runs it as pods
+	// in the management cluster, reached at management.ip:port. Such a
+	// cluster is a tenant (docs/tenants.md).
+	ControlPlaneKamaji = "kamaji"
+)
+
+// ControlPlane is the cluster's control plane: kubeadm's VMs with a
+// kube-vip VIP (the default), or a Kamaji hosted control plane.
 type ControlPlane struct {
+	// Provider is kubeadm (empty means kubeadm) or kamaji.
+	Provider string `yaml:"provider,omitempty" json:"provider,omitempty"`
 	// Endpoint is the kube-vip VIP: in network.cidr, outside nodeIPRange.
-	Endpoint string `yaml:"endpoint" json:"endpoint"`
-	Replicas int    `yaml:"replicas" json:"replicas"`
-	Size     Size   `yaml:"size" json:"size"`
+	// Kubeadm only: a Kamaji control plane is reached at management.ip:port.
+	Endpoint string `yaml:"endpoint,omitempty" json:"endpoint,omitempty"`
+	// Port is a Kamaji control plane's API port on the management VM's
+	// address, where k3s's ServiceLB publishes it: one port per tenant.
+	// Kamaji only: a kubeadm control plane listens on 6443 at its VIP.
+	Port int `yaml:"port,omitempty" json:"port,omitempty"`
+	// Replicas are control-plane VMs (kubeadm: 1, 3 or 5) or the
+	// Kamaji control plane's pods.
+	Replicas int `yaml:"replicas" json:"replicas"`
+	// Size is a control-plane VM's size; kubeadm only.
+	Size Size `yaml:"size,omitempty" json:"size,omitzero"`
 }
+
+// Kamaji reports whether the cluster's control plane is Kamaji's: the
+// cluster is a tenant.
+func (c *Cluster) Kamaji() bool { return c.ControlPlane.Provider == ControlPlaneKamaji }
 
 // Workers is the worker MachineDeployment: autoscaled between Min and Max
 // when Max > Min, a fixed Min workers otherwise.

@@ -60,6 +60,7 @@ type validator struct {
 	ranges  []ipRange                      // node IP ranges of earlier clusters
 	rangeOf []string                       // their paths
 	vips    map[netip.Addr]string          // VIPs of earlier clusters: their paths
+	ports   map[int]string                 // API ports of earlier tenants: their paths
 	vmids   map[string]string              // hypervisor/vmid of the VMs labctl creates: their paths
 	lan     []lanAddr                      // lanAddrs, once worked out
 }
@@ -71,7 +72,7 @@ func (v *validator) add(p *field.Path, format string, args ...any) {
 // Validate checks a defaulted lab and returns every problem at once.
 func Validate(lab *Lab) ErrorList {
 	v := &validator{lab: lab, hvs: map[string]*Hypervisor{}, nodes: map[string]map[string]*PVENode{},
-		images: map[string]*Image{}, vips: map[netip.Addr]string{}, vmids: map[string]string{}}
+		images: map[string]*Image{}, vips: map[netip.Addr]string{}, ports: map[int]string{}, vmids: map[string]string{}}
 	if lab.APIVersion != APIVersion {
 		v.add(field.NewPath("apiVersion"), "must be %s, got %q", APIVersion, lab.APIVersion)
 	}
@@ -452,16 +453,18 @@ func (v *validator) stack(p *field.Path, s Stack) {
 			v.add(p.Child("chartRepos", r.name), "%q must be the http(s) URL of a Helm chart repository (the folder holding index.yaml)", redact.URL(r.url))
 		}
 	}
+	need := v.lab.Providers()
 	for _, o := range []struct {
-		name string
-		p    OptionalProvider
-	}{{"kamaji", s.Kamaji}} {
+		name   string
+		p      OptionalProvider
+		needed bool
+	}{{"kamaji", s.Kamaji, need.Kamaji}} {
 		fp := p.Child(o.name, "fetchURL")
 		if o.p.FetchURL == "" {
 			continue
 		}
-		if !o.p.Enabled {
-			v.add(fp, "is set but %s.enabled is not; set enabled: true or drop fetchURL", o.name)
+		if !o.needed {
+			v.add(fp, "is set but %s.enabled is not, and no cluster needs the provider; set enabled: true or drop fetchURL", o.name)
 		}
 		if u, err := url.Parse(o.p.FetchURL); err != nil || u.Scheme != "https" || u.Host == "" {
 			v.add(fp, "%q must be an https URL of the provider's releases, e.g. https://github.com/OWNER/REPO/releases", redact.URL(o.p.FetchURL))
@@ -630,21 +633,38 @@ func (v *validator) clusters(p *field.Path) {
 		case h != nil && h.Proxmox == nil && len(c.AllowedNodes) > 0:
 			v.add(cp.Child("allowedNodes"), "is only for Proxmox hypervisors; %s is a libvirt host, drop allowedNodes", h.Name)
 		}
-		versionOK := v.kubeVersion(cp.Child("kubernetesVersion"), c.KubernetesVersion)
-
 		// Control plane and workers.
+		var versionOK bool
 		r := c.ControlPlane.Replicas
-		if r != 1 && r != 3 && r != 5 {
-			// etcd needs an odd count for quorum; above 5 members every
-			// write waits on more peers for no gain in a lab.
-			v.add(cp.Child("controlPlane", "replicas"), "must be an odd number (1, 3 or 5) so etcd keeps quorum, got %d", r)
+		cpVMs := r // machines the node range must hold for the control plane
+		switch c.ControlPlane.Provider {
+		case "", ControlPlaneKubeadm:
+			versionOK = v.kubeVersion(cp.Child("kubernetesVersion"), c.KubernetesVersion)
+			if r != 1 && r != 3 && r != 5 {
+				// etcd needs an odd count for quorum; above 5 members every
+				// write waits on more peers for no gain in a lab.
+				v.add(cp.Child("controlPlane", "replicas"), "must be an odd number (1, 3 or 5) so etcd keeps quorum, got %d", r)
+			}
+			v.size(cp.Child("controlPlane", "size"), c.ControlPlane.Size, 2, 2<<30)
+			if c.ControlPlane.Port != 0 {
+				v.add(cp.Child("controlPlane", "port"), "is for Kamaji control planes (provider: kamaji); a kubeadm control plane listens on %d at its VIP, controlPlane.endpoint: drop port", kubeadmAPIPort)
+			}
+		case ControlPlaneKamaji:
+			versionOK = v.kamaji(cp, c, h)
+			cpVMs = 0
+		default:
+			versionOK = v.kubeVersion(cp.Child("kubernetesVersion"), c.KubernetesVersion)
+			v.add(cp.Child("controlPlane", "provider"), "%q is not a control plane provider; use kubeadm (control-plane VMs with a kube-vip VIP, the default) or kamaji (a hosted control plane in the management cluster, docs/tenants.md)", c.ControlPlane.Provider)
 		}
-		v.size(cp.Child("controlPlane", "size"), c.ControlPlane.Size, 2, 2<<30)
 		maxWorkers := v.pools(cp, c, h)
 		v.autoscaler(cp.Child("autoscaler"), c.Autoscaler)
 
 		// Addresses: the VIP, the node range, pod and service CIDRs.
-		vip, vipOK := v.hostIP(cp.Child("controlPlane", "endpoint"), c.ControlPlane.Endpoint, true)
+		var vip netip.Addr
+		vipOK := false
+		if !c.Kamaji() {
+			vip, vipOK = v.hostIP(cp.Child("controlPlane", "endpoint"), c.ControlPlane.Endpoint, true)
+		}
 		if vipOK {
 			if what, ok := taken[vip]; ok {
 				v.add(cp.Child("controlPlane", "endpoint"), "%s is %s; the VIP needs an address of its own", vip, what)
@@ -658,7 +678,9 @@ func (v *validator) clusters(p *field.Path) {
 		rp := cp.Child("nodeIPRange")
 		rng, rngOK := v.ipRange(rp, c.NodeIPRange)
 		if rngOK {
-			if need := maxWorkers + r; rng.size() < need {
+			if need := maxWorkers + cpVMs; rng.size() < need && cpVMs == 0 {
+				v.add(rp, "holds %d addresses, but %s need %d; widen the range", rng.size(), maxWhat(c), need)
+			} else if rng.size() < need {
 				v.add(rp, "holds %d addresses, but %s (%d) + controlPlane.replicas (%d) need %d; widen the range", rng.size(), maxWhat(c), maxWorkers, r, need)
 			}
 			if vipOK && rng.contains(vip) {

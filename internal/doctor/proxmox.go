@@ -304,8 +304,12 @@ func Fit(lab *config.Lab, h config.Hypervisor, c config.Cluster, caps []hypervis
 			break
 		}
 	}
+	cps := c.ControlPlane.Replicas
+	if c.Kamaji() {
+		cps = 0 // pods in the management cluster, not VMs on h
+	}
 	f := ClusterFit{Cluster: c.Name, Hypervisor: h.Name, MemoryAdjustment: c.MemoryAdjustment,
-		ControlPlanes: c.ControlPlane.Replicas, ControlPlaneMiB: mebibytes(c.ControlPlane.Size.Memory),
+		ControlPlanes: cps, ControlPlaneMiB: mebibytes(c.ControlPlane.Size.Memory),
 		WorkerMiB: mebibytes(w.Size.Memory), WantMaxWorkers: w.Max}
 	allowed := c.AllowedNodes
 	if len(allowed) == 0 {

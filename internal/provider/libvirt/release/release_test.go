@@ -61,6 +61,7 @@ func TestComponentsApply(t *testing.T) {
 	for _, want := range []string{
 		"Namespace/" + release.Namespace,
 		"CustomResourceDefinition/libvirtclusters.infrastructure.labctl.dev",
+		"CustomResourceDefinition/libvirtclustertemplates.infrastructure.labctl.dev",
 		"CustomResourceDefinition/libvirtmachines.infrastructure.labctl.dev",
 		"CustomResourceDefinition/libvirtmachinetemplates.infrastructure.labctl.dev",
 		"ClusterRole/labctl-libvirt-provider", "ClusterRole/capi-labctl-libvirt",

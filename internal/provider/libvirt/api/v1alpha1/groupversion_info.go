@@ -28,6 +28,7 @@ var (
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&LibvirtCluster{}, &LibvirtClusterList{},
+		&LibvirtClusterTemplate{}, &LibvirtClusterTemplateList{},
 		&LibvirtMachine{}, &LibvirtMachineList{},
 		&LibvirtMachineTemplate{}, &LibvirtMachineTemplateList{},
 	)

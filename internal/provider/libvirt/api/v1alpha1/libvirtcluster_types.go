@@ -184,3 +184,42 @@ type LibvirtClusterList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []LibvirtCluster `json:"items"`
 }
+
+// LibvirtClusterTemplateSpec holds the LibvirtClusters' spec.
+type LibvirtClusterTemplateSpec struct {
+	// +required
+	Template LibvirtClusterTemplateResource `json:"template"`
+}
+
+// LibvirtClusterTemplateResource is what each LibvirtCluster is made from.
+type LibvirtClusterTemplateResource struct {
+	// +optional
+	ObjectMeta clusterv1.ObjectMeta `json:"metadata,omitempty,omitzero"`
+	// +required
+	Spec LibvirtClusterSpec `json:"spec"`
+}
+
+// LibvirtClusterTemplate is the infrastructure template of a ClusterClass
+// whose clusters run on libvirt hosts (labctl's tenant ClusterClass for
+// KVM workers): Cluster API's topology controller makes each Cluster's
+// LibvirtCluster from it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=libvirtclustertemplates,scope=Namespaced,categories=cluster-api,shortName=lvct
+// +kubebuilder:storageversion
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+type LibvirtClusterTemplate struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec LibvirtClusterTemplateSpec `json:"spec,omitempty"`
+}
+
+// LibvirtClusterTemplateList is a list of LibvirtClusterTemplates.
+//
+// +kubebuilder:object:root=true
+type LibvirtClusterTemplateList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []LibvirtClusterTemplate `json:"items"`
+}
