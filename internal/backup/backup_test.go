@@ -175,7 +175,11 @@ func startSource(t *testing.T) *source {
 			t.Fatal(err)
 		}
 		sec := &unstructured.Unstructured{Object: u}
-		_ = unstructured.SetNestedStringMap(sec.Object, map[string]string{"ssh-privatekey": base64.StdEncoding.EncodeToString([]byte(sshKey))}, "data")
+		data := map[string]string{"ssh-privatekey": base64.StdEncoding.EncodeToString([]byte(sshKey))}
+		if s.Type == "kubernetes.io/tls" {
+			data = map[string]string{"tls.crt": base64.StdEncoding.EncodeToString([]byte("client certificate")), "tls.key": base64.StdEncoding.EncodeToString([]byte(sshKey))}
+		}
+		_ = unstructured.SetNestedStringMap(sec.Object, data, "data")
 		objs = append(objs, sec)
 	}
 	objs = append(append(objs, r.Objects[1:]...), r.Autoscaler...)
@@ -330,7 +334,7 @@ func TestBackupAndRestoreBetweenTwoAPIServers(t *testing.T) {
 		t.Fatalf("backup --dry-run: %v\n%s", err, errb)
 	}
 	for _, want := range []string{"clusterctl move of namespace lab1", "Cluster lab1/lab1", "Machine lab1/lab1-workers-x7k2p-9qz4t", "LibvirtMachine lab1/lab1-kvm-x7k2p-9qz4t",
-		"IPAddress lab1/lab1-kvm-x7k2p-9qz4t", "Secret lab1/lab1-ca", "Secret_capmox-system_proxmox-variables", "Deployment_lab1_cluster-autoscaler", "Secret_lab1_lab1-libvirt-kvm1"} {
+		"IPAddress lab1/lab1-kvm-x7k2p-9qz4t", "Secret lab1/lab1-ca", "Secret_capmox-system_proxmox-variables", "Namespace__capmox-system", "Deployment_lab1_cluster-autoscaler", "Secret_lab1_lab1-libvirt-kvm1"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("backup --dry-run lacks %q:\n%s", want, out)
 		}
@@ -456,7 +460,6 @@ func TestBackupAndRestoreBetweenTwoAPIServers(t *testing.T) {
 		if lc := get(t, dc, "infrastructure.labctl.dev/v1alpha1", "LibvirtCluster", "lab1", "lab1-kvm"); !reflect.DeepEqual(lc.Object["spec"], get(t, src.c, "infrastructure.labctl.dev/v1alpha1", "LibvirtCluster", "lab1", "lab1-kvm").Object["spec"]) {
 			t.Error("the KVM pool's LibvirtCluster differs on the target")
 		}
-		get(t, dc, "infrastructure.labctl.dev/v1alpha1", "LibvirtCluster", "lab1", "lab1")
 		ns := get(t, dc, "v1", "Namespace", "", "lab1")
 		if ns.GetLabels()[clusterapi.LabelManagedBy] != clusterapi.ManagedBy {
 			t.Errorf("namespace lab1 labels = %v, want labctl's", ns.GetLabels())
@@ -560,9 +563,10 @@ func (a *adopter) autoscalerEarly() bool {
 	return a.early
 }
 
-// failedBackupLeavesTheSourceUnpaused: when clusterctl fails after it
-// paused the Clusters (here: a folder entry where it must write a file),
-// the backup still unpauses them and says so.
+// failedBackupLeavesTheSourceUnpaused: when clusterctl stops after it
+// paused the Clusters (here: a folder in the way of a file it must write,
+// which it retries for minutes, then Ctrl-C), the backup still unpauses
+// them and says so.
 func failedBackupLeavesTheSourceUnpaused(ctx context.Context, t *testing.T, src *source) {
 	m, err := newMover(ctx)
 	if err != nil {
@@ -574,7 +578,23 @@ func failedBackupLeavesTheSourceUnpaused(ctx context.Context, t *testing.T, src 
 	if err := os.MkdirAll(filepath.Join(dir, "Cluster_lab1_lab1.yaml", "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	err = saveNamespace(ctx, src.kc, m, "lab1", dir, []ClusterRef{{Namespace: "lab1", Name: "lab1"}}, func(string) {})
+	ictx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	go func() {
+		// Ctrl-C once clusterctl holds the Cluster paused.
+		for ictx.Err() == nil {
+			cl := obj("cluster.x-k8s.io/v1beta2", "Cluster", "lab1", "lab1")
+			if err := src.c.Get(ictx, client.ObjectKeyFromObject(cl), cl); err == nil {
+				if p, _, _ := unstructured.NestedBool(cl.Object, "spec", "paused"); p {
+					time.Sleep(time.Second)
+					interrupt()
+					return
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	err = saveNamespace(ictx, src.kc, m, "lab1", dir, []ClusterRef{{Namespace: "lab1", Name: "lab1"}}, func(string) {})
 	if err == nil {
 		t.Fatal("saveNamespace succeeded over a folder in the way")
 	}

@@ -125,8 +125,8 @@ func (p labctlObjects) Restore(ctx context.Context, dst *kube.Client, files map[
 }
 
 // providerSecrets are the Secrets the operator's Provider CRs name in
-// spec.configSecret: the providers' variables, such as CAPMOX's
-// PROXMOX_URL, PROXMOX_TOKEN and PROXMOX_SECRET.
+// spec.configSecret (the providers' variables, such as CAPMOX's
+// PROXMOX_URL, PROXMOX_TOKEN and PROXMOX_SECRET), with their namespaces.
 type providerSecrets struct{}
 
 func (providerSecrets) Name() string { return "provider-secrets" }
@@ -162,11 +162,19 @@ func (providerSecrets) Backup(ctx context.Context, src *kube.Client, _ []Cluster
 			if !found {
 				return nil, fmt.Errorf("%s %s/%s names configSecret %s/%s, which does not exist: run 'labctl mgmt install' to make it, then back up again", gvk.Kind, prov.GetNamespace(), prov.GetName(), ns, name)
 			}
-			data, err := kube.MarshalYAML([]*unstructured.Unstructured{portable(s)})
-			if err != nil {
-				return nil, err
+			// With its namespace, for a target where the provider is not
+			// installed yet.
+			nsObj, found, err := src.Get(ctx, kube.Ref{GVK: namespaceGVK, Name: ns})
+			if err != nil || !found {
+				return nil, fmt.Errorf("reading namespace %s: %v", ns, err)
 			}
-			files[objectFile(s)] = data
+			for _, o := range []*unstructured.Unstructured{nsObj, s} {
+				data, err := kube.MarshalYAML([]*unstructured.Unstructured{portable(o)})
+				if err != nil {
+					return nil, err
+				}
+				files[objectFile(o)] = data
+			}
 		}
 	}
 	return files, nil
