@@ -39,6 +39,9 @@ are still being made (wait for them to be Running). Nothing else on the
 management cluster changes, except that clusterctl adds its inventory CRD
 (providers.clusterctl.cluster.x-k8s.io) when it is missing.
 
+It reads the management cluster --kubeconfig names, else the one 'mgmt up'
+stored for the lab; never $KUBECONFIG, as 'mgmt down'.
+
 Restore it with 'labctl mgmt restore FILE' onto a new management cluster.`,
 		Example: `  labctl mgmt backup --dry-run                   # what a backup would hold
   labctl mgmt backup lab-$(date +%F).age          # asks for the passphrase
@@ -90,7 +93,9 @@ this backup. --dry-run opens the file, checks the target and lists what
 would be made, changing nothing.
 
 Shut the old management cluster down first: two management clusters
-acting on the same VMs would fight over them.
+acting on the same VMs would fight over them. The target is the cluster
+--kubeconfig names, else the one 'mgmt up' stored for the lab; never
+$KUBECONFIG.
 
 The passphrase is asked on the terminal, or read from
 $LABCTL_BACKUP_PASSPHRASE.`,
