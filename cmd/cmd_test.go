@@ -128,7 +128,7 @@ func allCommands(c *cobra.Command) []*cobra.Command {
 
 // changes reports whether a command path modifies anything.
 func changes(path string) bool {
-	return regexp.MustCompile(`mgmt (up|install|down)|image build|cluster (create|scale|delete)|scale-test|config init`).MatchString(path)
+	return regexp.MustCompile(`mgmt (up|install|down|backup|restore)|image build|cluster (create|scale|delete)|scale-test|config init`).MatchString(path)
 }
 
 func TestUnknownOutputIsUsageError(t *testing.T) {

@@ -31,6 +31,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"image", "build", "a", "b"}, "accepts at most 1 arg(s), received 2", "labctl image build"},
 		{[]string{"cluster", "list", "--bogus"}, "unknown flag: --bogus", "labctl cluster list"},
 		{[]string{"mgmt", "up", "--yes"}, "unknown flag: --yes", "labctl mgmt up"},
+		{[]string{"mgmt", "backup"}, "FILE is missing: 'labctl mgmt backup FILE' (or --dry-run", "labctl mgmt backup"},
+		{[]string{"mgmt", "backup", "a", "b"}, "accepts at most 1 arg(s), received 2", "labctl mgmt backup"},
+		{[]string{"mgmt", "restore"}, "accepts 1 arg(s), received 0", "labctl mgmt restore"},
 	} {
 		code, out, errOut := run(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, "Error: "+tc.want) || !strings.Contains(errOut, "Run '"+tc.cmd+" --help' for usage.") {

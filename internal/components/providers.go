@@ -155,6 +155,17 @@ func clusterHypervisors(lab *config.Lab) []string {
 
 var operatorGroup = "operator.cluster.x-k8s.io"
 
+// ProviderGVKs are the kinds of cluster-api-operator v1alpha2's Provider
+// CRs, the ones labctl makes and the ones it does not.
+func ProviderGVKs() []schema.GroupVersionKind {
+	kinds := []string{"CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider", "IPAMProvider", "AddonProvider", "RuntimeExtensionProvider"}
+	out := make([]schema.GroupVersionKind, len(kinds))
+	for i, k := range kinds {
+		out[i] = schema.GroupVersionKind{Group: operatorGroup, Version: "v1alpha2", Kind: k}
+	}
+	return out
+}
+
 func (d providerDef) component(offline string) (Component, error) {
 	gvk := schema.GroupVersionKind{Group: operatorGroup, Version: "v1alpha2", Kind: d.kind}
 	c := Component{

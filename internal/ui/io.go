@@ -98,3 +98,43 @@ func (s *IO) Confirm(question, mustType string) (bool, error) {
 	a = strings.ToLower(a)
 	return a == "y" || a == "yes", nil
 }
+
+// ReadSecret asks for a secret (a passphrase) on Err and reads it from In
+// without echo when In is the terminal itself; a test's In is read as one
+// line. What is typed is never written anywhere. Without a terminal to
+// ask on it returns an error wrapping ErrNoSecretPrompt, so the caller can
+// name the environment variable that stands in for the question.
+func (s *IO) ReadSecret(prompt string) (string, error) {
+	if !s.CanPrompt() {
+		return "", ErrNoSecretPrompt
+	}
+	fmt.Fprint(s.Err, prompt)
+	defer fmt.Fprintln(s.Err)
+	if f, ok := s.In.(*os.File); ok && term.IsTerminal(f.Fd()) {
+		b, err := term.ReadPassword(f.Fd())
+		if err != nil {
+			return "", fmt.Errorf("reading from the terminal: %w", err)
+		}
+		return string(b), nil
+	}
+	// A byte at a time: a buffered reader would swallow the next answer.
+	var line []byte
+	b := make([]byte, 1)
+	for {
+		n, err := s.In.Read(b)
+		if n == 1 && b[0] != '\n' {
+			line = append(line, b[0])
+		}
+		if (n == 1 && b[0] == '\n') || errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", fmt.Errorf("reading the answer: %w", err)
+		}
+	}
+	return strings.TrimRight(string(line), "\r"), nil
+}
+
+// ErrNoSecretPrompt means a secret had to be asked for but stdin or
+// stderr is not a terminal.
+var ErrNoSecretPrompt = errors.New("stdin is not a terminal to ask on")

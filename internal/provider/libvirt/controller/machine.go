@@ -282,6 +282,21 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, m *machineScope
 // ProviderID is the Node's spec.providerID for a domain on a host.
 func ProviderID(host, uuid string) string { return "libvirt://" + host + "/" + uuid }
 
+// domainUUID is the UUID of lm's domain: the one its spec.providerID
+// records once the domain exists, else lm's UID, which a new domain gets.
+// The providerID comes first because it is spec: clusterctl move (and
+// 'labctl mgmt restore') recreate the LibvirtMachine with a new UID but
+// the same spec, and the machine must find its domain, not make another
+// or leave it behind when deleted.
+func domainUUID(lm *v1alpha1.LibvirtMachine) string {
+	if rest, ok := strings.CutPrefix(lm.Spec.ProviderID, "libvirt://"); ok {
+		if i := strings.LastIndexByte(rest, '/'); i > 0 && i < len(rest)-1 {
+			return rest[i+1:]
+		}
+	}
+	return string(lm.UID)
+}
+
 // findDomain looks for the machine's domain on every host that answers.
 // A domain of that name made for another machine (another UUID) is an
 // error: it is never taken over.
@@ -297,8 +312,8 @@ func (r *MachineReconciler) findDomain(ctx context.Context, m *machineScope, hos
 		if err != nil {
 			return nil, vm, fmt.Errorf("host %s: %w", h.spec.Name, err)
 		}
-		if vm.UUID != string(m.lm.UID) {
-			return nil, vm, fmt.Errorf("host %s has a domain %s of UUID %s, not this LibvirtMachine's %s: it belongs to another machine; delete it there (virsh undefine) or rename this one", h.spec.Name, name, vm.UUID, m.lm.UID)
+		if want := domainUUID(m.lm); vm.UUID != want {
+			return nil, vm, fmt.Errorf("host %s has a domain %s of UUID %s, not this LibvirtMachine's %s: it belongs to another machine; delete it there (virsh undefine) or rename this one", h.spec.Name, name, vm.UUID, want)
 		}
 		return h, vm, nil
 	}
@@ -554,7 +569,7 @@ func (r *MachineReconciler) reconcileDelete(ctx context.Context, m *machineScope
 			if err != nil {
 				return reconcile.Result{}, fmt.Errorf("host %s: %w", h.spec.Name, err)
 			}
-			if vm.UUID != string(m.lm.UID) {
+			if vm.UUID != domainUUID(m.lm) {
 				continue // another machine's
 			}
 			if err := h.d.DeleteVM(ctx, vm); err != nil {
