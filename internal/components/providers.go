@@ -109,10 +109,7 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 	if st.Libvirt.Enabled {
 		defs = append(defs, libvirtDef(pins.LibvirtProvider, release.Version(versions.Version)))
 	}
-	if st.Kamaji.Enabled {
-		defs = append(defs, providerDef{kind: "ControlPlaneProvider", ctype: "control-plane", name: "kamaji", namespace: "kamaji-system",
-			version: pins.KamajiControlPlane, fetchURL: st.Kamaji.FetchURL})
-	}
+	// Kamaji's provider comes with Kamaji and its datastore (kamaji.go).
 
 	out := make([]Component, 0, len(defs))
 	for _, d := range defs {
