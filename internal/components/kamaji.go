@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/labctl/labctl/embedded"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/versions"
@@ -50,12 +52,19 @@ func KamajiProviderFiles(p versions.Pins) (components, metadata string) {
 
 // KamajiNeeded says whether the lab needs Kamaji: for now when
 // management.stack.kamaji.enabled is set.
-// TODO(tenants): switch to the config rule for "which optional providers
-// this lab needs" (a cluster with a Kamaji control plane needs it too)
-// once it lands on main; see docs/tenants.md.
+// TODO(tenants): return lab.Providers().Kamaji, the one config rule for
+// which optional providers a lab needs (a cluster with a Kamaji control
+// plane needs it too), once it is on main.
 func KamajiNeeded(lab *config.Lab) bool {
 	return lab.Management.Stack.Kamaji.Enabled
 }
+
+// TenantClusterClasses is the hook for labctl's tenant ClusterClasses
+// (one per worker platform, with their templates), which mgmt install
+// applies after the Kamaji provider, whose KamajiControlPlaneTemplate kind
+// they use. HOOK(tenants): wired at merge to a call of
+// clusterapi.TenantClusterClasses; while nil, no ClusterClass is applied.
+var TenantClusterClasses func(lab *config.Lab, pins versions.Pins) ([]*unstructured.Unstructured, error)
 
 // kamaji is Kamaji's part of the stack, in install order: Kamaji itself
 // (its chart, carried in the binary: it brings the CRDs and the webhooks
@@ -112,7 +121,17 @@ func kamaji(lab *config.Lab, pins versions.Pins, offline string) ([]Component, e
 	if err != nil {
 		return nil, err
 	}
-	return []Component{k, etcd, p}, nil
+	out := []Component{k, etcd, p}
+	if TenantClusterClasses != nil {
+		objs, err := TenantClusterClasses(lab, pins)
+		if err != nil {
+			return nil, err
+		}
+		if len(objs) > 0 {
+			out = append(out, Component{Name: "tenant ClusterClasses", Version: pins.KamajiControlPlane, Install: ManifestInstall, Objects: objs})
+		}
+	}
+	return out, nil
 }
 
 // kamajiProviderRelease reads the provider's release assets from the

@@ -190,3 +190,31 @@ func TestKamajiProviderFromTheBinary(t *testing.T) {
 		}
 	}
 }
+
+// The tenant ClusterClasses hook: what it renders goes in after the
+// Kamaji provider, as manifests; an error of it is Build's.
+func TestTenantClusterClassesHook(t *testing.T) {
+	lab := kamajiLab(t)
+	class := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass",
+		"metadata": map[string]any{"name": "labctl-tenant-proxmox", "namespace": "labctl-classes"}}}
+	components.TenantClusterClasses = func(l *config.Lab, _ versions.Pins) ([]*unstructured.Unstructured, error) {
+		if l != lab {
+			t.Error("the hook got another lab")
+		}
+		return []*unstructured.Unstructured{class}, nil
+	}
+	t.Cleanup(func() { components.TenantClusterClasses = nil })
+	cs := build(t, lab, components.Options{})
+	if got := names(cs); !strings.Contains(got, "ControlPlaneProvider kamaji "+versions.MustGet().KamajiControlPlane+", tenant ClusterClasses") {
+		t.Errorf("stack = %s", got)
+	}
+	if c := byName(t, cs, "tenant ClusterClasses"); c.Install != components.ManifestInstall || len(c.Objects) != 1 || c.Objects[0] != class {
+		t.Errorf("tenant ClusterClasses = %+v", c)
+	}
+	components.TenantClusterClasses = func(*config.Lab, versions.Pins) ([]*unstructured.Unstructured, error) {
+		return nil, errNoVar("boom")
+	}
+	if _, err := components.Build(lab, versions.MustGet(), components.Options{}); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("the hook's error: %v", err)
+	}
+}
