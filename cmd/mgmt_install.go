@@ -27,11 +27,15 @@ cluster --kubeconfig names), in order, waiting for each piece:
   3. Cluster API providers    operator Provider CRs: core cluster-api, kubeadm
                               bootstrap and control plane, proxmox (CAPMOX, with
                               its credentials Secret, when the lab has a Proxmox
-                              hypervisor), in-cluster IPAM, and libvirt and
-                              kamaji where management.stack enables them
-                              (libvirt is labctl's own provider: its components
-                              come from this binary, at labctl's version)
-  4. cluster-autoscaler RBAC  the namespace and RBAC every per-cluster
+                              hypervisor), in-cluster IPAM, and libvirt where
+                              management.stack enables it (labctl's own
+                              provider: its components come from this binary,
+                              at labctl's version)
+  4. Kamaji, when the lab     Kamaji's chart (carried in this binary), its
+     needs it                 datastore (the kamaji-etcd chart: one etcd on a
+                              local-path volume) and the kamaji control-plane
+                              provider (its components from this binary)
+  5. cluster-autoscaler RBAC  the namespace and RBAC every per-cluster
                               autoscaler uses on the management cluster
 
 Every version is pinned in labctl ('labctl version' lists them). Charts go in

@@ -6,7 +6,7 @@ import "embed"
 
 // FS holds every embedded file, addressed by its path in this folder.
 //
-//go:embed versions.yaml examples templates manifests provider
+//go:embed versions.yaml examples templates manifests provider upstream
 var FS embed.FS
 
 // Versions is the raw versions.yaml.

@@ -64,6 +64,8 @@ type Chart struct {
 	Release helm.Release
 	// Deployments in Release.Namespace that must be Available.
 	Deployments []string
+	// StatefulSets in Release.Namespace whose replicas must be ready.
+	StatefulSets []string
 	// CRDs the chart installs; they must be Established before the next
 	// component, which may use them.
 	CRDs []string
@@ -177,6 +179,14 @@ func Build(lab *config.Lab, pins versions.Pins, o Options) ([]Component, error) 
 	}
 	out = append(out, provs...)
 
+	if KamajiNeeded(lab) {
+		k, err := kamaji(lab, pins, offline)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k...)
+	}
+
 	rbac, err := autoscalerRBAC(pins)
 	if err != nil {
 		return nil, err
@@ -199,9 +209,14 @@ type chartArgs struct {
 	src                      versions.ChartSource
 	repo                     string // overrides src.Repo
 	version                  string
-	values                   string // embedded file
-	offline                  string
-	deployments, crds        []string
+	// archive is a chart the binary carries: no repository, no offline
+	// file.
+	archive []byte
+	values  string // embedded file
+	// set overrides values at the top level: what comes from the pins.
+	set                             map[string]any
+	offline                         string
+	deployments, statefulSets, crds []string
 }
 
 func chartComponent(a chartArgs) (Component, error) {
@@ -213,11 +228,15 @@ func chartComponent(a chartArgs) (Component, error) {
 	if err := yaml.Unmarshal(raw, &values); err != nil {
 		return Component{}, fmt.Errorf("reading embedded %s: %w", a.values, err)
 	}
+	mergeValues(values, a.set)
 	ch := helm.Chart{Name: a.src.Chart, Version: a.version, Repo: a.src.Repo}
 	if a.repo != "" {
 		ch.Repo = a.repo
 	}
-	if a.offline != "" {
+	switch {
+	case a.archive != nil:
+		ch.Repo, ch.Archive = "", a.archive
+	case a.offline != "":
 		ch.Repo = ""
 		ch.File = filepath.Join(a.offline, a.src.Chart+"-"+a.version+".tgz")
 		if _, err := os.Stat(ch.File); err != nil {
@@ -229,9 +248,22 @@ func chartComponent(a chartArgs) (Component, error) {
 		Name: a.name, Version: a.version, Install: ChartInstall,
 		Chart: &Chart{
 			Release:     helm.Release{Name: a.release, Namespace: a.namespace, Chart: ch, Values: values},
-			Deployments: a.deployments, CRDs: a.crds,
+			Deployments: a.deployments, StatefulSets: a.statefulSets, CRDs: a.crds,
 		},
 	}, nil
+}
+
+// mergeValues sets each of set in values, merging maps key by key.
+func mergeValues(values, set map[string]any) {
+	for k, v := range set {
+		if sub, ok := v.(map[string]any); ok {
+			if have, ok := values[k].(map[string]any); ok {
+				mergeValues(have, sub)
+				continue
+			}
+		}
+		values[k] = v
+	}
 }
 
 // HelmChartGVK is k3s helm-controller's HelmChart.
@@ -253,7 +285,9 @@ func (c *Chart) HelmChart() (*unstructured.Unstructured, error) {
 		CreateNamespace: true,
 		ValuesContent:   string(values),
 	}
-	if f := c.Release.Chart.File; f != "" {
+	if a := c.Release.Chart.Archive; a != nil {
+		spec.ChartContent = base64.StdEncoding.EncodeToString(a)
+	} else if f := c.Release.Chart.File; f != "" {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("reading chart %s: %w", c.Release.Chart, err)

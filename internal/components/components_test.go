@@ -162,12 +162,13 @@ func TestOptionalProvidersAndGates(t *testing.T) {
 func TestTenantsLabDerivesItsProviders(t *testing.T) {
 	t.Setenv("PVE_TOKEN_SECRET", secret)
 	lab := load(t, "../../examples/lab-tenants.yaml")
+	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{ownerKey}
 	if st := lab.Management.Stack; st.Kamaji.Enabled || st.Libvirt.Enabled || st.ClusterClass {
 		t.Fatalf("the example enables providers itself: %+v", st)
 	}
 	cs := build(t, lab, components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	got := names(cs)
-	for _, want := range []string{"InfrastructureProvider libvirt " + release.DevVersion, "ControlPlaneProvider kamaji v0.20.0"} {
+	for _, want := range []string{"InfrastructureProvider libvirt " + release.DevVersion, "ControlPlaneProvider kamaji v0.20.0", "tenant ClusterClasses"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("stack lacks %s: %s", want, got)
 		}

@@ -67,7 +67,6 @@ const (
 const maxPlainComponents = 768 << 10
 
 func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret func(*config.Hypervisor) (string, error)) ([]Component, error) {
-	st := lab.Management.Stack
 	// What the lab's clusters need too, not only what the stack enables
 	// (config.Lab.Providers is the one rule validation reads as well).
 	need := lab.Providers()
@@ -112,10 +111,7 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 	if need.Libvirt {
 		defs = append(defs, libvirtDef(pins.LibvirtProvider, release.Version(versions.Version)))
 	}
-	if need.Kamaji {
-		defs = append(defs, providerDef{kind: "ControlPlaneProvider", ctype: "control-plane", name: "kamaji", namespace: "kamaji-system",
-			version: pins.KamajiControlPlane, fetchURL: st.Kamaji.FetchURL})
-	}
+	// Kamaji's provider comes with Kamaji and its datastore (kamaji.go).
 
 	out := make([]Component, 0, len(defs))
 	for _, d := range defs {

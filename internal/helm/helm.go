@@ -48,6 +48,9 @@ type Chart struct {
 	Repo string
 	// File is a local chart archive; when set, Repo is not used.
 	File string
+	// Archive is a chart archive labctl carries in its binary; when set,
+	// File and Repo are not used.
+	Archive []byte
 }
 
 func (c Chart) String() string { return c.Name + " " + c.Version }
@@ -92,6 +95,9 @@ func (c *Client) Load(ctx context.Context, ch Chart) (*chart.Chart, error) {
 }
 
 func (c *Client) archive(ctx context.Context, ch Chart) ([]byte, error) {
+	if ch.Archive != nil {
+		return ch.Archive, nil
+	}
 	if ch.File != "" {
 		data, err := os.ReadFile(ch.File)
 		if err != nil {

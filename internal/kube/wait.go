@@ -218,6 +218,8 @@ var (
 	crdGVK = crdGK.WithVersion("v1")
 	// DeploymentGVK is apps/v1 Deployment.
 	DeploymentGVK = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
+	// StatefulSetGVK is apps/v1 StatefulSet.
+	StatefulSetGVK = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}
 	// CRDGVK is apiextensions.k8s.io/v1 CustomResourceDefinition.
 	CRDGVK = crdGVK
 )
@@ -239,6 +241,30 @@ func DeploymentAvailable() Condition {
 			return false, fmt.Sprintf("the deployment controller has not seen generation %d yet (status is of generation %d)", gen, obs)
 		}
 		return condTrue(o, "Available")
+	}}
+}
+
+// StatefulSetReady is met when the StatefulSet controller has seen the
+// current spec and every replica it wants is ready at the current
+// revision. A StatefulSet has no Available condition, so this reads the
+// counts, as 'kubectl rollout status' does.
+func StatefulSetReady() Condition {
+	return Condition{Name: "Ready", Check: func(o *unstructured.Unstructured) (bool, string) {
+		gen := o.GetGeneration()
+		obs, _, _ := unstructured.NestedInt64(o.Object, "status", "observedGeneration")
+		if obs < gen {
+			return false, fmt.Sprintf("the statefulset controller has not seen generation %d yet (status is of generation %d)", gen, obs)
+		}
+		want, found, _ := unstructured.NestedInt64(o.Object, "spec", "replicas")
+		if !found {
+			want = 1
+		}
+		ready, _, _ := unstructured.NestedInt64(o.Object, "status", "readyReplicas")
+		updated, _, _ := unstructured.NestedInt64(o.Object, "status", "updatedReplicas")
+		if ready < want || updated < want {
+			return false, fmt.Sprintf("%d of %d replicas ready, %d updated", ready, want, updated)
+		}
+		return true, ""
 	}}
 }
 

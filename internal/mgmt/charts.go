@@ -78,6 +78,9 @@ func (in *installer) applyChart(ctx context.Context, c *components.Component) er
 	if err := in.kc.WaitFor(ctx, kube.DeploymentGVK, ns, ch.Deployments, kube.DeploymentAvailable(), in.o.Timeout); err != nil {
 		return err
 	}
+	if err := in.kc.WaitFor(ctx, kube.StatefulSetGVK, ns, ch.StatefulSets, kube.StatefulSetReady(), in.o.Timeout); err != nil {
+		return err
+	}
 	return in.kc.WaitFor(ctx, kube.CRDGVK, "", ch.CRDs, kube.CRDEstablished(), in.o.Timeout)
 }
 
@@ -147,7 +150,7 @@ type ComponentStatus struct {
 }
 
 // chartStatus reads a chart component back: its release's chart version,
-// its Deployments and CRDs.
+// its Deployments, StatefulSets and CRDs.
 func chartStatus(ctx context.Context, kc *kube.Client, hc *helm.Client, mode ChartMode, c *components.Component) (ComponentStatus, error) {
 	ch := c.Chart
 	out := ComponentStatus{Name: c.Name, Install: "Helm chart (" + string(mode) + ")", Wanted: c.Version}
@@ -167,18 +170,27 @@ func chartStatus(ctx context.Context, kc *kube.Client, hc *helm.Client, mode Cha
 			}
 		}
 	}
-	for _, d := range ch.Deployments {
-		ref := kube.Ref{GVK: kube.DeploymentGVK, Namespace: ch.Release.Namespace, Name: d}
-		obj, found, err := kc.Get(ctx, ref)
-		if err != nil {
-			return out, err
-		}
-		if !found {
-			reasons = append(reasons, ref.String()+" does not exist")
-			continue
-		}
-		if ok, now := kube.DeploymentAvailable().Check(obj); !ok {
-			reasons = append(reasons, ref.String()+" is not Available: "+now)
+	for _, w := range []struct {
+		gvk   schema.GroupVersionKind
+		names []string
+		cond  kube.Condition
+	}{
+		{kube.DeploymentGVK, ch.Deployments, kube.DeploymentAvailable()},
+		{kube.StatefulSetGVK, ch.StatefulSets, kube.StatefulSetReady()},
+	} {
+		for _, name := range w.names {
+			ref := kube.Ref{GVK: w.gvk, Namespace: ch.Release.Namespace, Name: name}
+			obj, found, err := kc.Get(ctx, ref)
+			if err != nil {
+				return out, err
+			}
+			if !found {
+				reasons = append(reasons, ref.String()+" does not exist")
+				continue
+			}
+			if ok, now := w.cond.Check(obj); !ok {
+				reasons = append(reasons, ref.String()+" is not "+w.cond.Name+": "+now)
+			}
 		}
 	}
 	for _, name := range ch.CRDs {

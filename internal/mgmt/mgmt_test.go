@@ -435,17 +435,7 @@ func TestDryRunPrintsEveryObjectAndWritesNothing(t *testing.T) {
 	if want := "apply Secret capmox-system/proxmox-variables with PROXMOX_SECRET from env PVE_TOKEN_SECRET (not read in a dry run)"; !strings.Contains(o.stderr.String(), want) {
 		t.Errorf("the plan does not say the Secret's value is not read; want %q in:\n%s", want, o.stderr.String())
 	}
-	if n := b.writes.Load(); n != 0 {
-		t.Errorf("the dry run made %d write requests", n)
-	}
-	objs, err := kube.ParseObjects("stdout", o.stdout.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var refs []string
-	for _, obj := range objs {
-		refs = append(refs, kube.RefOf(obj).String())
-	}
+	refs := printedRefs(t, b, o)
 	wantRefs := []string{
 		"HelmChart kube-system/cert-manager", "HelmChart kube-system/capi-operator",
 		"Namespace capi-system", "CoreProvider capi-system/cluster-api",

@@ -30,6 +30,8 @@ type Pins struct {
 	CAPMOX             string      `yaml:"capmox" json:"capmox"`
 	IPAMInCluster      string      `yaml:"ipamInCluster" json:"ipamInCluster"`
 	KamajiControlPlane string      `yaml:"kamajiControlPlane" json:"kamajiControlPlane"`
+	Kamaji             Kamaji      `yaml:"kamaji" json:"kamaji"`
+	KamajiEtcd         KamajiEtcd  `yaml:"kamajiEtcd" json:"kamajiEtcd"`
 	ClusterAutoscaler  string      `yaml:"clusterAutoscaler" json:"clusterAutoscaler"`
 	Cilium             string      `yaml:"cilium" json:"cilium"`
 	KubeVip            string      `yaml:"kubeVip" json:"kubeVip"`
@@ -45,7 +47,26 @@ type Pins struct {
 type Charts struct {
 	CertManager        ChartSource `yaml:"certManager" json:"certManager"`
 	ClusterAPIOperator ChartSource `yaml:"clusterAPIOperator" json:"clusterAPIOperator"`
+	KamajiEtcd         ChartSource `yaml:"kamajiEtcd" json:"kamajiEtcd"`
 	Cilium             ChartSource `yaml:"cilium" json:"cilium"`
+}
+
+// Kamaji is the hosted control plane manager at one commit: its release
+// tag (the image tag, and the version labctl packages its chart at), the
+// commit and the image without a tag.
+type Kamaji struct {
+	Version string `yaml:"version" json:"version"`
+	Commit  string `yaml:"commit" json:"commit"`
+	Image   string `yaml:"image" json:"image"`
+}
+
+// ImageRef is Kamaji's image at its pinned tag.
+func (k Kamaji) ImageRef() string { return k.Image + ":" + k.Version }
+
+// KamajiEtcd is Kamaji's datastore chart and the etcd image it runs.
+type KamajiEtcd struct {
+	Chart     string `yaml:"chart" json:"chart"`
+	EtcdImage string `yaml:"etcdImage" json:"etcdImage"`
 }
 
 // ChartSource is a chart repository and the chart's name in it.
@@ -138,6 +159,11 @@ func (p Pins) List() []Pin {
 		{"capmox", p.CAPMOX},
 		{"ipamInCluster", p.IPAMInCluster},
 		{"kamajiControlPlane", p.KamajiControlPlane},
+		{"kamaji.version", p.Kamaji.Version},
+		{"kamaji.commit", p.Kamaji.Commit},
+		{"kamaji.image", p.Kamaji.Image},
+		{"kamajiEtcd.chart", p.KamajiEtcd.Chart},
+		{"kamajiEtcd.etcdImage", p.KamajiEtcd.EtcdImage},
 		{"clusterAutoscaler", p.ClusterAutoscaler},
 		{"cilium", p.Cilium},
 		{"kubeVip", p.KubeVip},
@@ -151,6 +177,8 @@ func (p Pins) List() []Pin {
 		{"charts.certManager.chart", p.Charts.CertManager.Chart},
 		{"charts.clusterAPIOperator.repo", p.Charts.ClusterAPIOperator.Repo},
 		{"charts.clusterAPIOperator.chart", p.Charts.ClusterAPIOperator.Chart},
+		{"charts.kamajiEtcd.repo", p.Charts.KamajiEtcd.Repo},
+		{"charts.kamajiEtcd.chart", p.Charts.KamajiEtcd.Chart},
 		{"charts.cilium.repo", p.Charts.Cilium.Repo},
 		{"charts.cilium.chart", p.Charts.Cilium.Chart},
 		{"ubuntuImage.release", p.UbuntuImage.Release},
