@@ -176,3 +176,21 @@ func proxmoxLab(t *testing.T) (*pvetest.Server, string) {
 func testFactory() *cmdutil.Factory {
 	return cmdutil.New(&ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}}, &cmdutil.Settings{})
 }
+
+// -v and -vvv pass the Proxmox driver's request trace through to stderr,
+// without the token secret.
+func TestVerboseTracesProxmoxCalls(t *testing.T) {
+	srv, lab := proxmoxLab(t)
+	for _, v := range []string{"-v", "-vvv"} {
+		code, _, errOut := run(t, "", "image", "list", "-c", lab, v)
+		if code != 0 || !strings.Contains(errOut, "proxmox: SEND: GET - "+srv.URL+"/api2/json/") {
+			t.Errorf("image list %s: exit %d, no request trace on stderr:\n%s", v, code, errOut)
+		}
+		if strings.Contains(errOut, srv.Secret) {
+			t.Errorf("image list %s printed the token secret", v)
+		}
+	}
+	if code, _, errOut := run(t, "", "image", "list", "-c", lab); code != 0 || strings.Contains(errOut, "SEND:") {
+		t.Errorf("image list without -v: exit %d, traced:\n%s", code, errOut)
+	}
+}
