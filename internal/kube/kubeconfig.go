@@ -78,7 +78,11 @@ func OwnMgmtKubeconfig(explicit, lab string) (Mgmt, error) {
 	if err != nil {
 		return Mgmt{}, err
 	}
-	return Mgmt{Path: stored, From: FromStored, lab: lab}, nil
+	m := Mgmt{Path: stored, From: FromStored, lab: lab}
+	if env := os.Getenv("KUBECONFIG"); env != "" && !sameList(env, stored) {
+		m.Note = fmt.Sprintf("using the kubeconfig labctl stored for lab %s (%s), not $KUBECONFIG (%s): mgmt down checks and removes only this lab's own management cluster; pass --kubeconfig to name another", lab, stored, env)
+	}
+	return m, nil
 }
 
 func sameList(list, path string) bool {

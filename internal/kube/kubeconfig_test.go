@@ -330,3 +330,25 @@ func TestMergeNeverChangesStoredKubeconfigs(t *testing.T) {
 		t.Errorf("merge into %s: %v, current %v, message %q", own, err, cfg, msg.String())
 	}
 }
+
+// TestOwnMgmtSaysItIgnoresKUBECONFIG: mgmt down reaches only the lab's
+// stored kubeconfig, and says so when $KUBECONFIG names another.
+func TestOwnMgmtSaysItIgnoresKUBECONFIG(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("KUBECONFIG", "/elsewhere/config")
+	m, err := kube.OwnMgmtKubeconfig("", "home")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := kube.MgmtKubeconfigPath("home")
+	if m.Path != stored || !strings.Contains(m.Note, "not $KUBECONFIG (/elsewhere/config)") || !strings.Contains(m.Note, "--kubeconfig") {
+		t.Errorf("path %s, note %q", m.Path, m.Note)
+	}
+	if m, _ := kube.OwnMgmtKubeconfig("/named", "home"); m.Note != "" {
+		t.Errorf("--kubeconfig given, yet a note: %q", m.Note)
+	}
+	t.Setenv("KUBECONFIG", stored)
+	if m, _ := kube.OwnMgmtKubeconfig("", "home"); m.Note != "" {
+		t.Errorf("$KUBECONFIG is the stored one, yet a note: %q", m.Note)
+	}
+}
