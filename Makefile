@@ -7,12 +7,13 @@
 #   make lint           gofmt and go vet
 #   make generate       the libvirt provider's deepcopy code and CRDs, by
 #                       controller-gen (hack/generate.sh)
-#   make testbed        build etcd, kube-apiserver and kubectl into .testbed/bin,
-#                       and (as root) the real-VM test image into .cache/
-#   make testbed-controllers  build the real controllers (Cluster API, CAPMOX,
-#                       IPAM, operator, kube-controller-manager, kwok,
-#                       cluster-autoscaler) into .testbed/bin; not part of
-#                       make test yet (docs/testing.md)
+#   make testbed        build etcd, kube-apiserver, kubectl and the real
+#                       controllers into .testbed/bin, and (as root) the
+#                       real-VM test image into .cache/
+#   make testbed-controllers  build only the real controllers (Cluster API,
+#                       CAPMOX, IPAM, operator, kube-controller-manager, kwok,
+#                       cluster-autoscaler) into .testbed/bin; make test
+#                       builds them too when missing (docs/testing.md)
 #   make bench-testbed  cold build of the controllers against a warm run
 #   make sim            a management cluster in a box and a fake Proxmox VE
 #                       on loopback, for labctl by hand: prints a kubeconfig

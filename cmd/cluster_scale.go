@@ -21,8 +21,8 @@ several pools (clusters[].pools) names one with --pool.`,
 		Example:           "  labctl cluster scale lab1 --min 0 --max 5\n  labctl cluster scale lab1 --max 8 --dry-run\n  labctl cluster scale lab1 --pool kvm --max 6",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: labNames(f, clusterNames),
-		RunE: oneCluster(f, false, &dryRun, func(cmd *cobra.Command, o cluster.Options) error {
-			so := cluster.ScaleOptions{Options: o, Pool: pool}
+		RunE: func(cmd *cobra.Command, args []string) error {
+			so := cluster.ScaleOptions{Pool: pool}
 			if cmd.Flags().Changed("min") {
 				so.Min = &minW
 			}
@@ -32,8 +32,14 @@ several pools (clusters[].pools) names one with --pool.`,
 			if cmd.Flags().Changed("replicas") {
 				so.Replicas = &replicas
 			}
-			return cluster.Scale(cmd.Context(), so)
-		}),
+			if err := so.CheckFlags(); err != nil {
+				return usageError{err}
+			}
+			return oneCluster(f, false, &dryRun, func(cmd *cobra.Command, o cluster.Options) error {
+				so.Options = o
+				return cluster.Scale(cmd.Context(), so)
+			})(cmd, args)
+		},
 	}
 	c.Flags().IntVar(&minW, "min", 0, "autoscaler minimum workers")
 	c.Flags().IntVar(&maxW, "max", 0, "autoscaler maximum workers")

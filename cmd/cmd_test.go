@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
 )
@@ -221,6 +223,28 @@ func TestConfigViewBuiltInDefault(t *testing.T) {
 	}
 }
 
+// 'labctl config view > lab.yaml' has the shell empty lab.yaml before
+// labctl reads it: with or without -c, labctl refuses rather than
+// printing the built-in lab into the user's file.
+func TestConfigViewIntoItsOwnSource(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("LABCTL_CONFIG", "")
+	for _, args := range [][]string{{"config", "view"}, {"config", "view", "-c", "lab.yaml"}} {
+		out, err := os.Create("lab.yaml") // what '> lab.yaml' does
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errb bytes.Buffer
+		f := cmdutil.New(&ui.IO{In: strings.NewReader(""), Out: out, Err: &errb}, &cmdutil.Settings{})
+		code := Run(context.Background(), f, args)
+		out.Close()
+		data, _ := os.ReadFile("lab.yaml")
+		if code != 1 || len(data) != 0 || !strings.Contains(errb.String(), "lab.yaml is the file the output is redirected into") {
+			t.Errorf("labctl %s > lab.yaml: exit %d, %d bytes written, stderr %q; want a refusal", strings.Join(args, " "), code, len(data), errb.String())
+		}
+	}
+}
+
 func TestConfigInit(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "lab.yaml")
@@ -379,6 +403,20 @@ func TestScaleTestDryRunAndUsage(t *testing.T) {
 	code, _, errOut = run(t, "", "scale-test", "lab1", "-c", lab, "--scenario", "sideways")
 	if code != 2 || !strings.Contains(errOut, `--scenario "sideways": must be one of up, down, from-zero, all`) {
 		t.Errorf("bad scenario: exit %d, %s", code, errOut)
+	}
+	// A chart file labctl cannot write is refused at the start, not after
+	// the test; the Mgmt given here fails the test if it is reached.
+	noCluster := func(f *cmdutil.Factory) {
+		f.Mgmt = func(context.Context) (*kube.Client, error) {
+			t.Error("scale-test --chart x.jpg reached the management cluster")
+			return nil, errors.New("no cluster in this test")
+		}
+	}
+	for _, args := range [][]string{{"--chart", "x.jpg"}, {"--chart", "x.jpg", "--dry-run"}} {
+		code, _, errOut = runOn(t, terminal{}, "", noCluster, append([]string{"scale-test", "lab1", "-c", lab}, args...)...)
+		if code != 2 || !strings.Contains(errOut, `--chart "x.jpg": the file must end in .svg or .png`) {
+			t.Errorf("scale-test %v: exit %d, %s", args, code, errOut)
+		}
 	}
 	code, _, errOut = run(t, "", "scale-test", "nope", "-c", lab, "--dry-run")
 	if code != 1 || !strings.Contains(errOut, `cluster "nope" is not in the lab config`) {

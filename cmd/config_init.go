@@ -24,6 +24,11 @@ local-kvm one). Whatever is written passes 'labctl config validate' as it is.`,
 		Example: "  labctl config init --local\n  labctl config init --proxmox https://pve1.lan:8006\n  labctl config init -c ~/lab/lab.yaml\n  labctl config init -c - | less",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if proxmoxURL != "" {
+				if _, err := configfile.ProxmoxURL(proxmoxURL); err != nil {
+					return usageError{err}
+				}
+			}
 			return configfile.Init(configfile.InitOptions{IO: f.IO, Path: f.Settings.Config, Force: force, DryRun: dryRun, Local: local, Proxmox: proxmoxURL})
 		},
 	}

@@ -11,9 +11,11 @@ func newImageListCmd(f *cmdutil.Factory) *cobra.Command {
 	var out string
 	c := &cobra.Command{
 		Use:   "list",
-		Short: "List the templates on the hypervisors with their tags",
+		Short: "List the node images on the hypervisors",
 		Long: `List the VM templates tagged "labctl" on every Proxmox hypervisor in
-lab.yaml, with their image name, Kubernetes version and tags.`,
+lab.yaml, with their image name, Kubernetes version and tags, and the node
+image volumes (<image>-<kubernetesVersion>.qcow2) 'image build' uploaded to
+the storage pool of every libvirt host.`,
 		Example: "  labctl image list\n  labctl image list -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

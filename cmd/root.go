@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
 	"github.com/labctl/labctl/internal/cmdutil"
@@ -166,8 +167,14 @@ arguments), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).`,
 		root.AddCommand(c)
 	}
 	root.AddCommand(newProviderCmd(f))
+	root.SetHelpCommand(newHelpCmd())
 	root.SetHelpCommandGroupID("setup")
 	root.SetCompletionCommandGroupID("setup")
+	// cobra adds these two only when it executes; added now, usageErrors
+	// reaches them too ('completion tcsh', 'completion bash extra').
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	completionExamples(root)
 	usageErrors(root)
 	return root
 }
@@ -190,6 +197,11 @@ func usageErrors(c *cobra.Command) {
 		if err := check(cmd, args); err != nil {
 			return usageError{err}
 		}
+		// cobra checks flag groups after Args, as a plain error (exit 1);
+		// checked here first they are usage errors too.
+		if err := cmd.ValidateFlagGroups(); err != nil {
+			return usageError{exclusiveFlags(cmd, err)}
+		}
 		return nil
 	}
 	for _, sub := range c.Commands() {
@@ -208,4 +220,74 @@ func unknownSubcommand(cmd *cobra.Command, args []string) error {
 		msg += "; did you mean " + strings.Join(s, " or ") + "?"
 	}
 	return errors.New(msg)
+}
+
+// exclusiveFlags says which of cmd's mutually exclusive flags were given
+// together, in place of cobra's "if any flags in the group [...]" text.
+func exclusiveFlags(cmd *cobra.Command, err error) error {
+	var msg string
+	cmd.Flags().VisitAll(func(fl *pflag.Flag) {
+		for _, group := range fl.Annotations["cobra_annotation_mutually_exclusive"] {
+			var set []string
+			for _, name := range strings.Fields(group) {
+				if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+					set = append(set, "--"+name)
+				}
+			}
+			if msg == "" && len(set) > 1 {
+				msg = strings.Join(set, " and ") + " cannot be used together; pass only one"
+			}
+		}
+	})
+	if msg == "" {
+		return err
+	}
+	return errors.New(msg)
+}
+
+// newHelpCmd is cobra's help command, but an unknown topic is a usage
+// error: cobra prints the root's usage and exits 0 for 'labctl help nope'.
+func newHelpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "help [command]",
+		Short:   "Help about any command",
+		Long:    "Help prints the help of any command: labctl help [path to command].",
+		Example: "  labctl help cluster create",
+		Args:    cobra.ArbitraryArgs,
+		ValidArgsFunction: func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			cmd, _, err := c.Root().Find(args)
+			if err != nil || cmd == nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var out []cobra.Completion
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() && strings.HasPrefix(sub.Name(), toComplete) {
+					out = append(out, cobra.CompletionWithDesc(sub.Name(), sub.Short))
+				}
+			}
+			return out, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil || cmd == nil || len(rest) > 0 {
+				return usageError{fmt.Errorf("unknown help topic %q; 'labctl --help' lists the commands", strings.Join(args, " "))}
+			}
+			cmd.InitDefaultHelpFlag()
+			return cmd.Help()
+		},
+	}
+}
+
+// completionExamples gives cobra's completion commands the examples every
+// labctl command has.
+func completionExamples(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		c.Example = "  labctl completion bash > ~/.local/share/bash-completion/completions/labctl"
+		for _, sh := range c.Commands() {
+			sh.Example = "  labctl completion " + sh.Name() + " --help"
+		}
+	}
 }

@@ -40,6 +40,11 @@ timeline stopped. The workload is always removed, also on Ctrl-C.
 			if !slices.Contains(scaletest.Scenarios, scenario) {
 				return usageError{fmt.Errorf("--scenario %q: must be one of up, down, from-zero, all", scenario)}
 			}
+			if chart != "" {
+				if err := scaletest.CheckChart(chart); err != nil {
+					return usageError{err}
+				}
+			}
 			lab, _, err := f.Lab(cmd.Context())
 			if err != nil {
 				return err

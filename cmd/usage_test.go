@@ -2,7 +2,9 @@ package cmd
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/labctl/labctl/internal/cmdutil"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
+	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/ui"
 	"go.yaml.in/yaml/v3"
@@ -34,6 +37,13 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"mgmt", "backup"}, "FILE is missing: 'labctl mgmt backup FILE' (or --dry-run", "labctl mgmt backup"},
 		{[]string{"mgmt", "backup", "a", "b"}, "accepts at most 1 arg(s), received 2", "labctl mgmt backup"},
 		{[]string{"mgmt", "restore"}, "accepts 1 arg(s), received 0", "labctl mgmt restore"},
+		{[]string{"config", "init", "--local", "--proxmox", "https://pve1.lan:8006", "-c", "-"}, "--local and --proxmox cannot be used together; pass only one", "labctl config init"},
+		{[]string{"mgmt", "kubeconfig", "--write", "x", "--merge"}, "--write and --merge cannot be used together; pass only one", "labctl mgmt kubeconfig"},
+		{[]string{"config", "init", "--proxmox", "not a url", "-c", "-"}, `--proxmox "not a url": want the Proxmox VE API URL`, "labctl config init"},
+		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "labctl completion"`, "labctl completion"},
+		{[]string{"completion", "bash", "extra"}, `unknown command "extra" for "labctl completion bash"`, "labctl completion bash"},
+		{[]string{"help", "nope"}, `unknown help topic "nope"`, "labctl help"},
+		{[]string{"help", "cluster", "nope"}, `unknown help topic "cluster nope"`, "labctl help"},
 	} {
 		code, out, errOut := run(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, "Error: "+tc.want) || !strings.Contains(errOut, "Run '"+tc.cmd+" --help' for usage.") {
@@ -46,6 +56,35 @@ func TestUsageErrorsExit2(t *testing.T) {
 	// A group alone is a question, not a mistake: its help, exit 0.
 	if code, out, _ := run(t, "", "cluster"); code != 0 || !strings.Contains(out, "Available Commands:") {
 		t.Errorf("labctl cluster: exit %d\n%s", code, out)
+	}
+}
+
+// 'cluster scale' refuses flags no worker pool could take before it reads
+// lab.yaml's management cluster: the Mgmt given here fails the test.
+func TestClusterScaleRefusesFlagsFirst(t *testing.T) {
+	lab := testLab(t)
+	noCluster := func(f *cmdutil.Factory) {
+		f.Mgmt = func(context.Context) (*kube.Client, error) {
+			t.Error("cluster scale reached the management cluster before refusing its flags")
+			return nil, errors.New("no cluster in this test")
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "give --min and --max (an autoscaled pool) or --replicas (a fixed pool)"},
+		{[]string{"--min", "3", "--max", "1"}, "--min 3 is more than --max 1"},
+		{[]string{"--replicas", "2", "--max", "3"}, "--replicas sets a fixed pool's count and --min/--max an autoscaled pool's bounds; pass one kind"},
+		{[]string{"--replicas", "-1"}, "--replicas -1: must be 0 or more"},
+		{[]string{"--min", "-1"}, "--min -1: must be 0 or more"},
+		{[]string{"--max", "0"}, "--max 0: must be at least 1"},
+	} {
+		args := append([]string{"cluster", "scale", "lab1", "-c", lab}, tc.args...)
+		code, _, errOut := runOn(t, terminal{}, "", noCluster, args...)
+		if code != exitUsage || !strings.Contains(errOut, "Error: "+tc.want) || !strings.Contains(errOut, "labctl cluster scale --help") {
+			t.Errorf("labctl %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(args, " "), code, errOut, tc.want)
+		}
 	}
 }
 
@@ -145,4 +184,22 @@ func proxmoxLab(t *testing.T) (*pvetest.Server, string) {
 // testFactory is a factory over buffers, for building the command tree.
 func testFactory() *cmdutil.Factory {
 	return cmdutil.New(&ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}}, &cmdutil.Settings{})
+}
+
+// -v and -vvv pass the Proxmox driver's request trace through to stderr,
+// without the token secret.
+func TestVerboseTracesProxmoxCalls(t *testing.T) {
+	srv, lab := proxmoxLab(t)
+	for _, v := range []string{"-v", "-vvv"} {
+		code, _, errOut := run(t, "", "image", "list", "-c", lab, v)
+		if code != 0 || !strings.Contains(errOut, "proxmox: SEND: GET - "+srv.URL+"/api2/json/") {
+			t.Errorf("image list %s: exit %d, no request trace on stderr:\n%s", v, code, errOut)
+		}
+		if strings.Contains(errOut, srv.Secret) {
+			t.Errorf("image list %s printed the token secret", v)
+		}
+	}
+	if code, _, errOut := run(t, "", "image", "list", "-c", lab); code != 0 || strings.Contains(errOut, "SEND:") {
+		t.Errorf("image list without -v: exit %d, traced:\n%s", code, errOut)
+	}
 }

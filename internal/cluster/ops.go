@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -31,11 +32,34 @@ type ScaleOptions struct {
 	Pool string
 }
 
+// CheckFlags refuses what no worker pool takes, before anything is read:
+// no change at all, bounds with a count, and numbers out of range.
+func (o ScaleOptions) CheckFlags() error {
+	switch {
+	case o.Min == nil && o.Max == nil && o.Replicas == nil:
+		return errors.New("give --min and --max (an autoscaled pool) or --replicas (a fixed pool)")
+	case o.Replicas != nil && (o.Min != nil || o.Max != nil):
+		return errors.New("--replicas sets a fixed pool's count and --min/--max an autoscaled pool's bounds; pass one kind")
+	case o.Replicas != nil && *o.Replicas < 0:
+		return fmt.Errorf("--replicas %d: must be 0 or more", *o.Replicas)
+	case o.Min != nil && *o.Min < 0:
+		return fmt.Errorf("--min %d: must be 0 or more", *o.Min)
+	case o.Max != nil && *o.Max < 1:
+		return fmt.Errorf("--max %d: must be at least 1 so the autoscaler can add a worker", *o.Max)
+	case o.Min != nil && o.Max != nil && *o.Min > *o.Max:
+		return fmt.Errorf("--min %d is more than --max %d", *o.Min, *o.Max)
+	}
+	return nil
+}
+
 // Scale changes the worker bounds of an autoscaled pool, or the count of a
 // fixed one. Only the annotations (or spec.replicas of a fixed pool) are
 // applied, under labctl's field manager; the autoscaler keeps its
 // replicas. Put the same numbers in lab.yaml, or the next create resets them.
 func Scale(ctx context.Context, o ScaleOptions) error {
+	if err := o.CheckFlags(); err != nil {
+		return fmt.Errorf("cluster %s: %w", o.Name, err)
+	}
 	m := o.Mgmt
 	ns, name := clusterapi.Namespace(o.Name), o.Name
 	pool := o.Pool

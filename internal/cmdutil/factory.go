@@ -76,7 +76,7 @@ func New(io *ui.IO, s *Settings) *Factory {
 		if err != nil {
 			return nil, err
 		}
-		return drivers.Open(ctx, lab, name)
+		return drivers.OpenLogged(ctx, lab, name, f.IO.Err, s.Verbose)
 	}
 	f.Mgmt = onceClient(func(ctx context.Context) (*kube.Client, error) { return f.mgmt(ctx) })
 	f.OwnMgmt = onceClient(func(ctx context.Context) (*kube.Client, error) { return f.connectMgmt(ctx, kube.OwnMgmtKubeconfig) })

@@ -18,10 +18,11 @@ type lines map[string]int
 
 // lookup finds the line of path, or of its nearest written parent, or
 // else of the document (the "" entry): every error points somewhere.
-func (ls lines) lookup(path string) int {
+// document is true in that last case: nothing on the path is written.
+func (ls lines) lookup(path string) (line int, document bool) {
 	for path != "" {
 		if n, ok := ls[path]; ok {
-			return n
+			return n, false
 		}
 		i := strings.LastIndexAny(path, ".[")
 		if i < 0 {
@@ -29,7 +30,7 @@ func (ls lines) lookup(path string) int {
 		}
 		path = path[:i]
 	}
-	return ls[""]
+	return ls[""], true
 }
 
 var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
@@ -136,6 +137,17 @@ func parseError(file string, data []byte, err error) error {
 			if i+1 >= e.Line && strings.Contains(line[:len(line)-len(strings.TrimLeft(line, " \t"))], "\t") {
 				e.Line = i + 1
 				break
+			}
+		}
+		e.Field = syntaxField(data, e.Line)
+		return l
+	}
+	if strings.HasSuffix(e.Msg, "found character that cannot start any token") && e.Line > 0 {
+		// yaml's scanner says this of a tab that indents a line.
+		if all := strings.Split(string(data), "\n"); e.Line <= len(all) {
+			line := all[e.Line-1]
+			if strings.Contains(line[:len(line)-len(strings.TrimLeft(line, " \t"))], "\t") {
+				e.Msg = fmt.Sprintf("YAML syntax error: line %d starts with a tab; YAML indents with spaces only: replace the tab with spaces", e.Line)
 			}
 		}
 		e.Field = syntaxField(data, e.Line)
@@ -385,6 +397,11 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			w.bad(n, path, "looks like a secret (not shown); lab.yaml holds no secrets: keep it in an environment variable or a file and name that in a reference such as tokenSecret: {env: NAME}")
 		}
 	case reflect.Int:
+		if _, err := strconv.Atoi(n.Value); n.Kind == yaml.ScalarNode && errors.Is(err, strconv.ErrRange) {
+			// yaml tags a whole number past int64 as a float.
+			w.bad(n, path, "%s is too large for any count or size here", n.Value) // digits only: ErrRange
+			return
+		}
 		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!str") {
 			w.bad(n, path, "must be a whole number, got %s", describe(n))
 			return

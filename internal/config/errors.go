@@ -17,6 +17,9 @@ type Error struct {
 	// covers is a field this problem explains besides Field: an unknown
 	// field names the one it was likely meant to be.
 	covers string
+	// absent is a field nothing of which is in the file: its line is the
+	// document's, so it sorts after the problems that have a line.
+	absent bool
 }
 
 func (e *Error) Error() string {
@@ -50,12 +53,25 @@ func (l ErrorList) Error() string {
 	return fmt.Sprintf("%d problems in lab config:\n  %s", len(l), strings.Join(msgs, "\n  "))
 }
 
-// sortByLine orders errors as they appear in the file; absent fields last.
+// sortByLine orders errors as they appear in the file; absent fields
+// last, and the "more problems" count after everything.
 func (l ErrorList) sortByLine() {
+	key := func(e *Error) (int, int) {
+		switch {
+		case e.more > 0:
+			return 3, 0
+		case e.Line == 0:
+			return 2, 0
+		case e.absent:
+			return 1, e.Line
+		}
+		return 0, e.Line
+	}
 	sort.SliceStable(l, func(i, j int) bool {
-		li, lj := l[i].Line, l[j].Line
-		if li == 0 || lj == 0 {
-			return li != 0 && lj == 0
+		gi, li := key(l[i])
+		gj, lj := key(l[j])
+		if gi != gj {
+			return gi < gj
 		}
 		return li < lj
 	})

@@ -116,12 +116,11 @@ func read(req Request) ([]byte, Source, error) {
 	}
 	defer f.Close()
 	if req.Output != nil {
+		// With or without -c: printing the built-in lab into the user's
+		// lab.yaml would replace their lab without a word.
 		if fi, err := f.Stat(); err == nil && os.SameFile(fi, req.Output) {
-			if !req.Explicit {
-				data, err := embedded.FS.ReadFile(builtinExample)
-				return data, Source{Name: "built-in local-kvm example (" + src.Name + " is the file being written)", BuiltIn: true}, err
-			}
-			return nil, src, fmt.Errorf("lab config %s is the file the output is redirected into, which the shell emptied before labctl started; write to another file and move it over %s", src, src)
+			return nil, src, fmt.Errorf("lab config %s is the file the output is redirected into, which the shell emptied before labctl started (restore it from your editor or backup if it held your lab); "+
+				"redirect into another file, e.g. 'labctl config view > lab.full.yaml', and 'labctl config init --local' writes the built-in lab", src)
 		}
 	}
 	data, err := readBounded(f, src.Name)
@@ -155,27 +154,21 @@ func Parse(file string, data []byte) (*Lab, error) {
 		return nil, err
 	}
 	SetDefaults(lab, pins)
-	// The file's shape problems come first, then what validation finds,
-	// each in line order: validation places fields that are absent on the
-	// document's first line, which would put them before the typo that
-	// made them absent.
-	shape.sortByLine()
-	var valid ErrorList
+	// Every problem in file order, the decoder's and validation's
+	// together. A field absent from the file has no line of its own:
+	// one that only the document as a whole could hold comes last.
+	errs := shape
 	for _, e := range Validate(lab) {
 		if reported(shape, e.Field) {
 			continue // the field was taken out for a problem already named
 		}
 		e.File = file
 		if e.more == 0 {
-			e.Line = lines.lookup(e.Field)
+			e.Line, e.absent = lines.lookup(e.Field)
 		}
-		valid = append(valid, e)
-	}
-	valid.sortByLine()
-	errs := shape
-	for _, e := range valid {
 		errs = errs.collect(e)
 	}
+	errs.sortByLine()
 	if len(errs) > 0 {
 		return nil, errs.capped()
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -509,6 +510,12 @@ func (v *validator) quantity(p *field.Path, s, eg string) (resource.Quantity, bo
 	q, err := resource.ParseQuantity(s)
 	if err != nil || q.Sign() <= 0 {
 		v.add(p, "%q is not a positive quantity such as %s", s, eg)
+		return q, false
+	}
+	// Past int64 bytes, Value() wraps round (1e19 would read as too
+	// little), and ParseQuantity caps 100Ei at exactly MaxInt64.
+	if q.CmpInt64(math.MaxInt64) >= 0 {
+		v.add(p, "%s is too large for any VM; write a size such as %s", s, eg)
 		return q, false
 	}
 	return q, true

@@ -58,20 +58,9 @@ func Template(o InitOptions) ([]byte, error) {
 		return nil, fmt.Errorf("reading the starter config: %w", err)
 	}
 	if o.Proxmox != "" {
-		u, err := url.Parse(o.Proxmox)
-		switch {
-		case err != nil:
-			// Not echoed: url.Parse refuses what it cannot split, and that
-			// may hold a password.
-			return nil, errors.New("--proxmox: not a URL; want the Proxmox VE API URL, e.g. https://pve1.lan:8006")
-		case u.User != nil:
-			// Not echoed: what is before the @ may be a password.
-			return nil, errors.New("--proxmox: the URL holds credentials; write only the address (e.g. https://pve1.lan:8006) and put the API token secret in the environment variable lab.yaml names")
-		case u.Scheme != "https" || u.Host == "":
-			return nil, fmt.Errorf("--proxmox %q: want the Proxmox VE API URL, e.g. https://pve1.lan:8006", o.Proxmox)
-		}
-		if u.Port() == "" {
-			u.Host += ":8006" // the port PVE's API listens on; pveproxy has no other
+		u, err := ProxmoxURL(o.Proxmox)
+		if err != nil {
+			return nil, err
 		}
 		if !proxmoxURLLine.Match(data) {
 			return nil, errors.New("the Proxmox starter config has no url placeholder; this is a labctl bug")
@@ -85,6 +74,27 @@ func Template(o InitOptions) ([]byte, error) {
 		return nil, fmt.Errorf("the starter config %s does not validate; this is a labctl bug: %w", name, err)
 	}
 	return data, nil
+}
+
+// ProxmoxURL reads config init's --proxmox: the API URL, with PVE's port
+// when it names none.
+func ProxmoxURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		// Not echoed: url.Parse refuses what it cannot split, and that
+		// may hold a password.
+		return nil, errors.New("--proxmox: not a URL; want the Proxmox VE API URL, e.g. https://pve1.lan:8006")
+	case u.User != nil:
+		// Not echoed: what is before the @ may be a password.
+		return nil, errors.New("--proxmox: the URL holds credentials; write only the address (e.g. https://pve1.lan:8006) and put the API token secret in the environment variable lab.yaml names")
+	case u.Scheme != "https" || u.Host == "":
+		return nil, fmt.Errorf("--proxmox %q: want the Proxmox VE API URL, e.g. https://pve1.lan:8006", s)
+	}
+	if u.Port() == "" {
+		u.Host += ":8006" // the port PVE's API listens on; pveproxy has no other
+	}
+	return u, nil
 }
 
 // Init writes the commented starter lab.yaml.

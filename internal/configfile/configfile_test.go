@@ -142,28 +142,23 @@ func TestInitForceNarrowsMode(t *testing.T) {
 }
 
 // TestViewIntoDefaultFile is 'labctl config view > lab.yaml': the shell
-// has emptied ./lab.yaml and made it stdout before labctl runs.
+// has emptied ./lab.yaml and made it stdout before labctl runs. Printing
+// the built-in lab into it would replace the user's lab without a word, so
+// it is refused and the file stays empty.
 func TestViewIntoDefaultFile(t *testing.T) {
 	t.Chdir(t.TempDir())
 	out, err := os.Create("lab.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, errOut := testIO(out)
+	s, _ := testIO(out)
 	err = view(s, config.DefaultPath, false)
 	out.Close()
-	if err != nil {
-		t.Fatalf("config view > lab.yaml: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "lab.yaml is the file the output is redirected into") || !strings.Contains(err.Error(), "config init --local") {
+		t.Fatalf("config view > lab.yaml: err = %v", err)
 	}
-	if !strings.Contains(errOut.String(), "built-in local-kvm example") {
-		t.Errorf("stderr %q does not name the source", errOut)
-	}
-	lab, _, err := config.Load(context.Background(), config.Request{Path: config.DefaultPath})
-	if err != nil {
-		t.Fatalf("the next command cannot read the saved lab.yaml: %v", err)
-	}
-	if lab.Metadata.Name != "local" {
-		t.Errorf("saved lab is %q, want the built-in local", lab.Metadata.Name)
+	if data, _ := os.ReadFile("lab.yaml"); len(data) != 0 {
+		t.Errorf("config view wrote into lab.yaml:\n%s", data)
 	}
 
 	// Named explicitly, the emptied file cannot be the source: say why.

@@ -34,6 +34,41 @@ func StateDir(lab string) (string, error) {
 	return filepath.Join(base, "labctl", lab), nil
 }
 
+// IsState reports whether path is inside labctl's state folders
+// ($XDG_CONFIG_HOME/labctl), also through a symlink: files labctl keeps
+// for itself, which it must never change for another purpose.
+func IsState(path string) bool {
+	dir, err := StateDir("x")
+	if err != nil {
+		return false
+	}
+	base := filepath.Dir(dir)
+	for _, b := range []string{abs(base), resolved(base)} {
+		for _, p := range []string{abs(path), resolved(path)} {
+			if rel, err := filepath.Rel(b, p); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func abs(path string) string {
+	if a, err := filepath.Abs(path); err == nil {
+		return a
+	}
+	return path
+}
+
+// resolved is path made absolute with its symlinks followed, as far as
+// they exist.
+func resolved(path string) string {
+	if r, err := filepath.EvalSymlinks(abs(path)); err == nil {
+		return r
+	}
+	return abs(path)
+}
+
 // StatePath is a file or folder in lab's state folder, e.g.
 // StatePath("home", "mgmt.kubeconfig").
 func StatePath(lab string, elem ...string) (string, error) {

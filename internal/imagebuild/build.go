@@ -231,7 +231,7 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 			// Checked in dry runs too; nothing to change when they are met.
 			Name: "prerequisites",
 			Plan: func(ctx context.Context) ([]string, error) {
-				return nil, Prereqs(ctx, p.path(), pins.Packer)
+				return nil, Prereqs(ctx, p.path(), pins.Packer, "deps-proxmox")
 			},
 		},
 		{

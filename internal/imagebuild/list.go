@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -33,15 +34,17 @@ type Template struct {
 	Tags       []string `json:"tags" yaml:"tags"`
 }
 
-// List prints the labctl-tagged templates of every Proxmox hypervisor.
+// List prints the labctl-tagged templates of every Proxmox hypervisor,
+// and the node image volumes of every libvirt host.
 func List(ctx context.Context, o ListOptions) error {
 	lab := o.Lab
 	rows := []Template{}
 	for _, h := range lab.Hypervisors {
-		if h.Proxmox == nil {
-			continue // libvirt images are pool volumes, not templates
+		list := listOne
+		if h.Libvirt != nil {
+			list = listVolumes
 		}
-		ts, err := listOne(ctx, o, h.Name)
+		ts, err := list(ctx, o, h.Name)
 		if err != nil {
 			return err
 		}
@@ -58,6 +61,38 @@ func List(ctx context.Context, o ListOptions) error {
 		}
 		return o.IO.Table(w, []string{"HYPERVISOR", "NODE", "VMID", "NAME", "IMAGE", "KUBERNETES", "TAGS"}, table)
 	})
+}
+
+// VolumeLister is a driver whose node images are volumes of a storage
+// pool (libvirt).
+type VolumeLister interface {
+	VolumeNames(ctx context.Context) ([]string, error)
+}
+
+// listVolumes lists the volumes of libvirt host name that are node images
+// of lab.yaml's images: 'image build' names them <image>-<version>.qcow2.
+func listVolumes(ctx context.Context, o ListOptions, name string) ([]Template, error) {
+	drv, err := o.Driver(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = drivers.Close(drv) }()
+	vl, ok := drv.(VolumeLister)
+	if !ok {
+		return nil, nil
+	}
+	names, err := vl.VolumeNames(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hypervisor %s: %w", name, err)
+	}
+	var out []Template
+	for _, img := range o.Lab.Images {
+		if !slices.Contains(img.Hosts, name) || !slices.Contains(names, img.VolumeName()) {
+			continue
+		}
+		out = append(out, Template{Hypervisor: name, Name: img.VolumeName(), Image: img.Name, Kubernetes: img.KubernetesVersion, Tags: []string{}})
+	}
+	return out, nil
 }
 
 func listOne(ctx context.Context, o ListOptions, name string) ([]Template, error) {

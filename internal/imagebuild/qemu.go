@@ -213,7 +213,7 @@ func buildQEMU(ctx context.Context, o BuildOptions, lab *config.Lab, img config.
 		{
 			Name: "prerequisites",
 			Plan: func(ctx context.Context) ([]string, error) {
-				return nil, errors.Join(Prereqs(ctx, lookupPath(p.childEnv), pins.Packer), qemuPrereqs(lookupPath(p.childEnv)))
+				return nil, qemuBuildPrereqs(ctx, lookupPath(p.childEnv), pins.Packer)
 			},
 		},
 		{
@@ -370,6 +370,12 @@ func lookupPath(env []string) string {
 
 // qemuPrereqs are the tools Packer's QEMU builder runs on this machine
 // (packer-plugin-qemu's driver looks both up on PATH).
+// qemuBuildPrereqs is what a QEMU build needs: image-builder's tools,
+// installed by its deps-qemu target, and QEMU's own.
+func qemuBuildPrereqs(ctx context.Context, path, packerPin string) error {
+	return errors.Join(Prereqs(ctx, path, packerPin, "deps-qemu"), qemuPrereqs(path))
+}
+
 func qemuPrereqs(path string) error {
 	var errs []error
 	for _, tool := range []string{"qemu-system-x86_64", "qemu-img"} {

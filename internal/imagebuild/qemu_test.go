@@ -3,6 +3,8 @@ package imagebuild
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -469,5 +471,52 @@ func TestQEMULeftoverOutputIsRebuilt(t *testing.T) {
 	must(t, err)
 	if len(img) < 4<<20 || !bytes.Equal(b.volume(t, "kvm1"), img) {
 		t.Errorf("the leftover was not rebuilt and uploaded (%d bytes)", len(img))
+	}
+}
+
+// TestQEMUBuildWithoutPacker: a QEMU build names the make target that
+// installs packer for QEMU builds, not the Proxmox one.
+func TestQEMUBuildWithoutPacker(t *testing.T) {
+	err := qemuBuildPrereqs(context.Background(), t.TempDir(), "v1.9.5")
+	if err == nil || !strings.Contains(err.Error(), "packer not found on PATH") || !strings.Contains(err.Error(), "make deps-qemu") || strings.Contains(err.Error(), "deps-proxmox") {
+		t.Errorf("QEMU build without packer: %v", err)
+	}
+}
+
+// TestImageListLibvirt: image list shows the node image volumes 'image
+// build' uploaded to libvirt hosts, beside Proxmox templates.
+func TestImageListLibvirt(t *testing.T) {
+	d := libvirttest.StartStorage(t, libvirttest.StorageOptions{})
+	pool := filepath.Join(d.Dir, "pool")
+	drv, err := libvirt.New(t.Context(), libvirt.Options{Name: "kvm1", URI: d.URI(), Pool: "images", PoolPath: pool, Bridge: "br0"})
+	must(t, err)
+	must(t, drv.PrepareHost(t.Context()))
+	file := filepath.Join(t.TempDir(), "disk.qcow2")
+	// A real qcow2, as image build's packer leaves one.
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", file, "64M").CombinedOutput(); err != nil {
+		t.Skipf("qemu-img: %v %s", err, out)
+	}
+	data, err := os.ReadFile(file)
+	must(t, err)
+	sum := sha256.Sum256(data)
+	must(t, drv.PutVolume(t.Context(), libvirt.LocalImage{Path: file, Volume: kvmVolume, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}, nil))
+	must(t, drv.Close())
+	doc := map[string]any{
+		"apiVersion": "labctl.dev/v1alpha1", "kind": "Lab", "metadata": map[string]any{"name": "kvm"},
+		"hypervisors": []any{map[string]any{"name": "kvm1", "libvirt": map[string]any{"uri": d.URI(), "storagePool": "images", "bridge": "br0"}}},
+		"network":     map[string]any{"cidr": "10.213.0.0/24", "gateway": "10.213.0.1", "dns": []any{"10.213.0.1"}},
+		"management":  map[string]any{"hypervisor": "kvm1", "ip": "10.213.0.10", "sshPublicKeys": []any{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop"}},
+		"images":      []any{map[string]any{"name": "ubuntu-2404-kube", "hypervisor": "kvm1"}},
+	}
+	lab, _, err := config.Load(t.Context(), config.Request{Path: writeLab(t, filepath.Join(t.TempDir(), "lab.yaml"), doc), Explicit: true})
+	must(t, err)
+	var out bytes.Buffer
+	lo := ListOptions{IO: &ui.IO{Out: &out, Err: &bytes.Buffer{}}, Lab: lab, Output: "json",
+		Driver: func(ctx context.Context, name string) (hypervisor.Driver, error) { return drivers.Open(ctx, lab, name) }}
+	must(t, List(t.Context(), lo))
+	var rows []Template
+	must(t, json.Unmarshal(out.Bytes(), &rows))
+	if len(rows) != 1 || rows[0].Hypervisor != "kvm1" || rows[0].Name != kvmVolume || rows[0].Image != "ubuntu-2404-kube" || rows[0].Kubernetes != "v1.35.4" {
+		t.Errorf("image list -o json on a libvirt host: %s", out.String())
 	}
 }

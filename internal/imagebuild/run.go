@@ -15,14 +15,15 @@ import (
 )
 
 // Prereqs checks the tools image-builder needs, with PATH as the child
-// sees it, and returns what is missing or wrong.
-func Prereqs(ctx context.Context, path, packerPin string) error {
+// sees it, and returns what is missing or wrong. deps is image-builder's
+// make target that installs them for this build (deps-proxmox, deps-qemu).
+func Prereqs(ctx context.Context, path, packerPin, deps string) error {
 	var errs []error
 	look := func(name string) (string, bool) { return lookPath(path, name) }
 	for _, t := range []struct{ name, hint string }{
 		{"make", "install make (apt install make)"},
 		{"python3", "install Python 3 (apt install python3)"},
-		{"ansible-playbook", "install Ansible, e.g. run 'make deps-proxmox' in image-builder's images/capi or pip install ansible-core"},
+		{"ansible-playbook", "install Ansible, e.g. run 'make " + deps + "' in image-builder's images/capi or pip install ansible-core"},
 	} {
 		if _, ok := look(t.name); !ok {
 			errs = append(errs, fmt.Errorf("%s not found on PATH: %s", t.name, t.hint))
@@ -30,11 +31,11 @@ func Prereqs(ctx context.Context, path, packerPin string) error {
 	}
 	p, ok := look("packer")
 	if !ok {
-		errs = append(errs, fmt.Errorf("packer not found on PATH: image-builder pins %s; run 'make deps-proxmox' in images/capi (it installs it in .local/bin)", packerPin))
+		errs = append(errs, fmt.Errorf("packer not found on PATH: image-builder pins %s; run 'make %s' in images/capi (it installs it in .local/bin)", packerPin, deps))
 	} else if got, err := packerVersion(ctx, p); err != nil {
 		errs = append(errs, err)
 	} else if got != strings.TrimPrefix(packerPin, "v") {
-		errs = append(errs, fmt.Errorf("%s is packer %s, but image-builder pins %s; run 'make deps-proxmox' in images/capi", p, got, packerPin))
+		errs = append(errs, fmt.Errorf("%s is packer %s, but image-builder pins %s; run 'make %s' in images/capi", p, got, packerPin, deps))
 	}
 	return errors.Join(errs...)
 }

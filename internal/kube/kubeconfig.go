@@ -78,7 +78,11 @@ func OwnMgmtKubeconfig(explicit, lab string) (Mgmt, error) {
 	if err != nil {
 		return Mgmt{}, err
 	}
-	return Mgmt{Path: stored, From: FromStored, lab: lab}, nil
+	m := Mgmt{Path: stored, From: FromStored, lab: lab}
+	if env := os.Getenv("KUBECONFIG"); env != "" && !sameList(env, stored) {
+		m.Note = fmt.Sprintf("using the kubeconfig labctl stored for lab %s (%s), not $KUBECONFIG (%s): mgmt down checks and removes only this lab's own management cluster; pass --kubeconfig to name another", lab, stored, env)
+	}
+	return m, nil
 }
 
 func sameList(list, path string) bool {
@@ -158,14 +162,31 @@ func WriteKubeconfig(path string, data []byte, force bool) error {
 // first file of $KUBECONFIG that exists, else its last, else
 // ~/.kube/config (kubectl's own default; kind picks the same one, in its
 // pkg/cluster/internal/kubeconfig/internal/kubeconfig/paths.go).
+//
+// labctl's own stored kubeconfigs are never the target: merged into, the
+// management kubeconfig would make a workload cluster current, and every
+// later labctl command would take it for the management cluster. They are
+// skipped in a $KUBECONFIG list, and refused when nothing else is left.
 func MergeTarget() (string, error) {
-	if files := filepath.SplitList(os.Getenv("KUBECONFIG")); len(files) > 0 {
-		for _, f := range files {
+	if env := filepath.SplitList(os.Getenv("KUBECONFIG")); len(env) > 0 {
+		var list, stored []string
+		for _, f := range env {
+			if files.IsState(f) {
+				stored = append(stored, f)
+			} else {
+				list = append(list, f)
+			}
+		}
+		if len(list) == 0 {
+			return "", fmt.Errorf("$KUBECONFIG names only %s, which labctl stored for a lab, and labctl never merges into the kubeconfig it stored for a lab: "+
+				"use --write FILE and add FILE to $KUBECONFIG, or add a file of your own to the list, e.g. export KUBECONFIG=$KUBECONFIG:~/.kube/config", strings.Join(stored, ", "))
+		}
+		for _, f := range list {
 			if _, err := os.Stat(f); err == nil {
 				return f, nil
 			}
 		}
-		return files[len(files)-1], nil
+		return list[len(list)-1], nil
 	}
 	home, err := userhome.Dir()
 	if err != nil {

@@ -277,3 +277,78 @@ func TestStoredUnderSudo(t *testing.T) {
 		t.Errorf("mode %04o, want 0600", mode(t, p))
 	}
 }
+
+// TestMergeNeverChangesStoredKubeconfigs: with $KUBECONFIG at the kubeconfig
+// labctl stored for a lab (as the README says to export), a --merge must
+// leave that file as it was. Alone in $KUBECONFIG it is refused with the
+// fix; in a list, the merge goes to the next file, as kubectl would pick.
+func TestMergeNeverChangesStoredKubeconfigs(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("SUDO_USER", "")
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	stored, err := kube.MgmtKubeconfigPath("home")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.WriteKubeconfig(stored, []byte(kubeconfigText("https://127.0.0.1:4001")), false); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(stored)
+	workload := []byte(kubeconfigText("https://127.0.0.1:6443"))
+	var out, msg bytes.Buffer
+
+	// Alone, and through a symlink to it: refused, the file unchanged.
+	link := filepath.Join(home, "mgmt-link")
+	if err := os.Symlink(stored, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []string{stored, link} {
+		t.Setenv("KUBECONFIG", env)
+		err := kube.Export(&out, &msg, workload, kube.ExportOptions{Merge: true, Name: "labctl-lab1"})
+		if err == nil || !strings.Contains(err.Error(), "labctl never merges into the kubeconfig it stored for a lab") ||
+			!strings.Contains(err.Error(), "--write") || !strings.Contains(err.Error(), env) {
+			t.Errorf("KUBECONFIG=%s: err %v; want a refusal naming it and --write", env, err)
+		}
+		if now, _ := os.ReadFile(stored); !bytes.Equal(now, before) {
+			t.Fatalf("KUBECONFIG=%s: the stored kubeconfig changed:\n%s", env, now)
+		}
+	}
+
+	// In a list with the user's own file: merged there.
+	own := filepath.Join(home, ".kube", "config")
+	t.Setenv("KUBECONFIG", stored+string(filepath.ListSeparator)+own)
+	msg.Reset()
+	if err := kube.Export(&out, &msg, workload, kube.ExportOptions{Merge: true, Name: "labctl-lab1"}); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.ReadFile(stored); !bytes.Equal(now, before) {
+		t.Fatalf("the stored kubeconfig changed:\n%s", now)
+	}
+	cfg, err := clientcmd.LoadFromFile(own)
+	if err != nil || cfg.CurrentContext != "labctl-lab1" || !strings.Contains(msg.String(), "into "+own) {
+		t.Errorf("merge into %s: %v, current %v, message %q", own, err, cfg, msg.String())
+	}
+}
+
+// TestOwnMgmtSaysItIgnoresKUBECONFIG: mgmt down reaches only the lab's
+// stored kubeconfig, and says so when $KUBECONFIG names another.
+func TestOwnMgmtSaysItIgnoresKUBECONFIG(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("KUBECONFIG", "/elsewhere/config")
+	m, err := kube.OwnMgmtKubeconfig("", "home")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := kube.MgmtKubeconfigPath("home")
+	if m.Path != stored || !strings.Contains(m.Note, "not $KUBECONFIG (/elsewhere/config)") || !strings.Contains(m.Note, "--kubeconfig") {
+		t.Errorf("path %s, note %q", m.Path, m.Note)
+	}
+	if m, _ := kube.OwnMgmtKubeconfig("/named", "home"); m.Note != "" {
+		t.Errorf("--kubeconfig given, yet a note: %q", m.Note)
+	}
+	t.Setenv("KUBECONFIG", stored)
+	if m, _ := kube.OwnMgmtKubeconfig("", "home"); m.Note != "" {
+		t.Errorf("$KUBECONFIG is the stored one, yet a note: %q", m.Note)
+	}
+}

@@ -46,11 +46,18 @@ func URL(s string) string {
 			authority = Placeholder + authority[at:]
 		}
 	}
-	return scheme + "://" + authority + query(tail)
+	return scheme + "://" + authority + query(tail, strings.HasPrefix(strings.ToLower(scheme), "qemu"))
 }
 
-// query redacts credential parameters in the path-query-fragment tail.
-func query(tail string) string {
+// libvirtPaths are parameters of libvirt's remote URIs whose names match
+// credentialParam but whose values name files or methods, not secrets:
+// keyfile= and pkipath= are paths, sshauth= a list such as privkey,agent
+// (libvirt's docs/uri.rst, "Extra parameters").
+var libvirtPaths = map[string]bool{"keyfile": true, "pkipath": true, "sshauth": true}
+
+// query redacts credential parameters in the path-query-fragment tail;
+// libvirt is true for a libvirt URI (qemu+ssh://...).
+func query(tail string, libvirt bool) string {
 	q := strings.IndexByte(tail, '?')
 	if q < 0 {
 		return tail
@@ -62,7 +69,7 @@ func query(tail string) string {
 	}
 	params := strings.Split(rest, "&")
 	for i, p := range params {
-		if name, _, ok := strings.Cut(p, "="); ok && credentialParam.MatchString(name) {
+		if name, _, ok := strings.Cut(p, "="); ok && credentialParam.MatchString(name) && !(libvirt && libvirtPaths[strings.ToLower(name)]) {
 			params[i] = name + "=" + Placeholder
 		}
 	}

@@ -21,8 +21,12 @@ func TestURL(t *testing.T) {
 		"https://192.168.0.8:8006":                            "https://192.168.0.8:8006",
 		"https://h/%zz@x":                                     "https://h/%zz@x", // '@' in the path is no userinfo
 		"qemu:///system":                                      "qemu:///system",
-		"not a url":                                           "not a url",
-		"":                                                    "",
+		// libvirt's keyfile= and pkipath= are paths, sshauth= methods.
+		"qemu+ssh://u@kvm1/system?keyfile=/home/u/.ssh/id_ed25519&sshauth=privkey": "qemu+ssh://u@kvm1/system?keyfile=/home/u/.ssh/id_ed25519&sshauth=privkey",
+		"qemu+tls://kvm2/system?pkipath=/etc/pki/labctl":                           "qemu+tls://kvm2/system?pkipath=/etc/pki/labctl",
+		"https://mirror/x?keyfile=SECRET":                                          "https://mirror/x?keyfile=REDACTED",
+		"not a url":                                                                "not a url",
+		"":                                                                         "",
 	} {
 		if got := redact.URL(in); got != want {
 			t.Errorf("URL(%q) = %q, want %q", in, got, want)

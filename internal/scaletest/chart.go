@@ -11,13 +11,21 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
+// CheckChart refuses a chart file WriteChart cannot write, so that
+// scale-test refuses it before the test rather than after.
+func CheckChart(path string) error {
+	if ext := strings.ToLower(filepath.Ext(path)); ext != ".svg" && ext != ".png" {
+		return fmt.Errorf("--chart %q: the file must end in .svg or .png", path)
+	}
+	return nil
+}
+
 // WriteChart draws worker Nodes, pending pods and MachineDeployment
 // replicas over time as step lines and writes path; the extension picks
 // SVG or PNG.
 func WriteChart(path, cluster string, samples []Sample) error {
-	ext := strings.ToLower(filepath.Ext(path))
-	if ext != ".svg" && ext != ".png" {
-		return fmt.Errorf("chart %s: the file must end in .svg or .png", path)
+	if err := CheckChart(path); err != nil {
+		return err
 	}
 	if len(samples) == 0 {
 		return fmt.Errorf("chart %s: nothing was recorded", path)

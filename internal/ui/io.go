@@ -37,7 +37,8 @@ type IO struct {
 
 // System returns the process's streams, each with its own terminal check.
 func System() *IO {
-	_, noColor := os.LookupEnv("NO_COLOR")
+	// no-color.org: only a NO_COLOR with a value turns colour off.
+	noColor := os.Getenv("NO_COLOR") != ""
 	s := &IO{
 		In: os.Stdin, Out: os.Stdout, Err: os.Stderr,
 		InTTY:  term.IsTerminal(os.Stdin.Fd()),

@@ -94,3 +94,17 @@ func TestConfirm(t *testing.T) {
 		t.Errorf("Confirm without a terminal = %v, %v, prompt %q; want ErrCannotPrompt naming --yes and no prompt", ok, err, prompt)
 	}
 }
+
+// TestNoColorOnlyWhenSet follows no-color.org: NO_COLOR set to a value
+// turns colour off; set but empty it does not.
+func TestNoColorOnlyWhenSet(t *testing.T) {
+	t.Setenv("TERM", "xterm-256color")
+	t.Setenv("NO_COLOR", "")
+	if !System().Color {
+		t.Error("NO_COLOR= (empty) turned colour off")
+	}
+	t.Setenv("NO_COLOR", "1")
+	if System().Color {
+		t.Error("NO_COLOR=1 left colour on")
+	}
+}

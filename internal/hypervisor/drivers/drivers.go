@@ -19,6 +19,12 @@ import (
 // Open connects to the hypervisor called name in lab. Close the driver
 // with Close when done.
 func Open(ctx context.Context, lab *config.Lab, name string) (hypervisor.Driver, error) {
+	return OpenLogged(ctx, lab, name, os.Stderr, 0)
+}
+
+// OpenLogged is Open with labctl's -v count: the Proxmox driver traces
+// its requests to log from -v on (the token secret never written).
+func OpenLogged(ctx context.Context, lab *config.Lab, name string, log io.Writer, verbose int) (hypervisor.Driver, error) {
 	h, err := lab.Hypervisor(name)
 	if err != nil {
 		return nil, err
@@ -32,7 +38,7 @@ func Open(ctx context.Context, lab *config.Lab, name string) (hypervisor.Driver,
 		return d, nil
 	case h.Proxmox != nil:
 		// Warnings (TLS verification off) go to stderr, like logs.
-		return proxmox.New(*h, proxmox.Options{Warn: os.Stderr})
+		return proxmox.New(*h, proxmox.Options{Warn: log, Log: log, Verbose: verbose})
 	}
 	return nil, fmt.Errorf("hypervisor %s: neither proxmox nor libvirt is set in lab.yaml", name)
 }

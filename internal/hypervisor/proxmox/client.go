@@ -29,8 +29,8 @@ import (
 type Options struct {
 	// Warn receives warnings, e.g. that TLS verification is off.
 	Warn io.Writer
-	// Log receives request traces at Verbose ≥ 2. The token secret is
-	// never written to it.
+	// Log receives request traces: each request from Verbose 1, its body
+	// from 2. The token secret is never written to it.
 	Log     io.Writer
 	Verbose int
 	// Timeout bounds each HTTP request (default 30 s).
@@ -182,8 +182,9 @@ func (r *redactor) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// logger adapts go-proxmox's leveled logger to labctl's verbosity: its
-// debug lines (request traces) appear from -vv on.
+// logger adapts go-proxmox's leveled logger to labctl's verbosity: the
+// line naming each request (SEND: GET - URL) appears from -v on, the rest
+// of its debug lines (request bodies) from -vv on.
 type logger struct {
 	w       io.Writer
 	verbose int
@@ -198,7 +199,13 @@ func (l logger) line(min int, prefix, format string, args ...any) {
 func (l logger) Errorf(format string, args ...any) { l.line(0, "proxmox: error: ", format, args...) }
 func (l logger) Warnf(format string, args ...any)  { l.line(1, "proxmox: warning: ", format, args...) }
 func (l logger) Infof(format string, args ...any)  { l.line(1, "proxmox: ", format, args...) }
-func (l logger) Debugf(format string, args ...any) { l.line(2, "proxmox: ", format, args...) }
+func (l logger) Debugf(format string, args ...any) {
+	if strings.HasPrefix(format, "SEND:") {
+		l.line(1, "proxmox: ", format, args...)
+		return
+	}
+	l.line(2, "proxmox: ", format, args...)
+}
 
 var _ pve.LeveledLoggerInterface = logger{}
 
