@@ -18,6 +18,6 @@ Its kubeconfig is stored with mode 0600 at
 $XDG_CONFIG_HOME/labctl/<lab>/mgmt.kubeconfig.`,
 		Example: "  labctl mgmt up\n  labctl mgmt status",
 	}
-	c.AddCommand(newMgmtUpCmd(f), newMgmtInstallCmd(f), newMgmtStatusCmd(f), newMgmtKubeconfigCmd(f), newMgmtDownCmd(f))
+	c.AddCommand(newMgmtUpCmd(f), newMgmtInstallCmd(f), newMgmtUpgradeCmd(f), newMgmtStatusCmd(f), newMgmtKubeconfigCmd(f), newMgmtDownCmd(f))
 	return c
 }
