@@ -239,7 +239,7 @@ func TestUpgradePreflightPlanFailureAndResume(t *testing.T) {
 		}
 	}()
 	out, _, _, err = run(func(o *cluster.UpgradeOptions) { o.Timeout = 3 * time.Second })
-	want := "Machine lab1/lab1-control-plane-new did not run v1.35.4 within 3s: phase Provisioning; InfrastructureReady False: NotReady cloning the template failed: no template tagged kubernetes-v1.35.4"
+	want := "Machine lab1/lab1-control-plane-new did not run v1.35.4 within 3.0s: phase Provisioning; InfrastructureReady False: NotReady cloning the template failed: no template tagged kubernetes-v1.35.4"
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "run 'labctl cluster upgrade lab1' again") {
 		t.Fatalf("the failed roll: %v\nwant %q\n%s", err, want, out)
 	}
