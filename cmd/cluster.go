@@ -18,7 +18,7 @@ scales from zero. Each cluster gets its own namespace and its own
 cluster-autoscaler.`,
 		Example: "  labctl cluster create lab1\n  labctl cluster list",
 	}
-	c.AddCommand(newClusterCreateCmd(f), newClusterScaleCmd(f), newClusterDeleteCmd(f),
+	c.AddCommand(newClusterCreateCmd(f), newClusterScaleCmd(f), newClusterUpgradeCmd(f), newClusterDeleteCmd(f),
 		newClusterListCmd(f), newClusterDescribeCmd(f), newClusterKubeconfigCmd(f))
 	return c
 }

@@ -9,7 +9,7 @@ import (
 
 func newImageBuildCmd(f *cmdutil.Factory) *cobra.Command {
 	var dryRun, verify bool
-	var builderDir string
+	var builderDir, kubeVersion string
 	c := &cobra.Command{
 		Use:   "build [NAME]",
 		Short: "Build the images in lab.yaml (all of them without NAME)",
@@ -42,11 +42,17 @@ packer version it pins ('make deps-proxmox' or 'make deps-qemu' in
 images/capi installs them), and qemu-system-x86_64 and qemu-img for QEMU
 builds.
 
+--kubernetes-version builds the image at another Kubernetes version than
+images[].kubernetesVersion says, under the same image name: the node image
+'labctl cluster upgrade NAME --to VERSION' looks for (a template tagged
+kubernetes-<version>, or the volume <name>-<version>.qcow2).
+
 --dry-run prints the variable file, the names of the environment variables
 (never their values) and the exact command, checks what exists, and builds
 and uploads nothing.`,
 		Example: `  labctl image build --image-builder ~/src/image-builder
-  labctl image build ubuntu-2404-kube --dry-run`,
+  labctl image build ubuntu-2404-kube --dry-run
+  labctl image build ubuntu-2404-kube --kubernetes-version v1.35.4`,
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: labNames(f, imageNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -55,7 +61,7 @@ and uploads nothing.`,
 				return err
 			}
 			o := imagebuild.BuildOptions{IO: f.IO, Lab: lab, Source: src, Driver: f.Driver,
-				ImageBuilder: builderDir, DryRun: dryRun, Verify: verify, Verbose: f.Settings.Verbose}
+				ImageBuilder: builderDir, KubernetesVersion: kubeVersion, DryRun: dryRun, Verify: verify, Verbose: f.Settings.Verbose}
 			if len(args) == 1 {
 				o.Name = args[0]
 			}
@@ -65,6 +71,7 @@ and uploads nothing.`,
 	addDryRunFlag(c, &dryRun)
 	c.Flags().StringVar(&builderDir, "image-builder", "", "kubernetes-sigs/image-builder checkout at the pinned tag (overrides images[].imageBuilder)")
 	_ = c.MarkFlagDirname("image-builder")
+	c.Flags().StringVar(&kubeVersion, "kubernetes-version", "", "build at this Kubernetes version (e.g. v1.35.4) instead of images[].kubernetesVersion")
 	c.Flags().BoolVar(&verify, "verify", false, "libvirt hosts: read back every volume that looks complete and check its sha256 (as long as an upload)")
 	return c
 }

@@ -3,6 +3,7 @@ package cmd
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -71,11 +72,8 @@ comes from, never the value.`,
 			if out != "text" && !dryRun {
 				return usageError{fmt.Errorf("-o %s prints the objects of a dry run; add --dry-run", out)}
 			}
-			if !slices.Contains(mgmt.ChartModes, mgmt.ChartMode(mode)) {
-				return usageError{fmt.Errorf("--charts %q: must be one of auto, helm-controller, helm-sdk", mode)}
-			}
-			if timeout <= 0 {
-				return usageError{fmt.Errorf("--timeout %s: must be more than 0, e.g. 10m", timeout)}
+			if err := checkStackFlags(mode, timeout); err != nil {
+				return err
 			}
 			lab, _, err := f.Lab(cmd.Context())
 			if err != nil {
@@ -102,4 +100,15 @@ comes from, never the value.`,
 	_ = c.MarkFlagDirname("offline-dir")
 	_ = c.MarkFlagDirname("emit-k3s-manifests")
 	return c
+}
+
+// checkStackFlags checks the flags mgmt install and upgrade share.
+func checkStackFlags(mode string, timeout time.Duration) error {
+	if !slices.Contains(mgmt.ChartModes, mgmt.ChartMode(mode)) {
+		return usageError{fmt.Errorf("--charts %q: must be one of auto, helm-controller, helm-sdk", mode)}
+	}
+	if timeout <= 0 {
+		return usageError{fmt.Errorf("--timeout %s: must be more than 0, e.g. 10m", timeout)}
+	}
+	return nil
 }

@@ -88,11 +88,13 @@ func TestClusterScaleRefusesFlagsFirst(t *testing.T) {
 	}
 }
 
-// --yes is offered only where labctl asks before it deletes.
+// --yes is offered only where labctl asks before it deletes or
+// upgrades (an upgrade replaces machines and restarts components).
 func TestYesOnlyWhereAsked(t *testing.T) {
 	root := NewRoot(testFactory())
+	asking := map[string]bool{"labctl cluster delete": true, "labctl mgmt down": true, "labctl mgmt upgrade": true, "labctl cluster upgrade": true}
 	for _, c := range allCommands(root) {
-		asks := c.CommandPath() == "labctl cluster delete" || c.CommandPath() == "labctl mgmt down"
+		asks := asking[c.CommandPath()]
 		if has := c.Flags().Lookup("yes") != nil; has != asks {
 			t.Errorf("%s: --yes offered = %v, want %v", c.CommandPath(), has, asks)
 		}

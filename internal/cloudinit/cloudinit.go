@@ -184,6 +184,18 @@ func k3sInstall(version string) string {
 	return fmt.Sprintf("curl -sfL --retry 5 %s | INSTALL_K3S_VERSION='%s' sh -s - server", K3sInstallScriptURL(version), version)
 }
 
+// K3sUpgradeCommand is the same install script at another tag, which is
+// how k3s upgrades a server in place ("Manual Upgrades" in k3s's docs):
+// it replaces the binary and restarts the service, keeping
+// /etc/rancher/k3s/config.yaml, the datastore and the certificates, so a
+// kubeconfig made before still works.
+func K3sUpgradeCommand(version string) (string, error) {
+	if !k3sVersionRe.MatchString(version) {
+		return "", fmt.Errorf("k3s version %q is not a release such as v1.35.4+k3s1", version)
+	}
+	return k3sInstall(version), nil
+}
+
 func toWriteFile(f File) writeFile {
 	perm := f.Permissions
 	if perm == "" {

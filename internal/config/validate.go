@@ -548,18 +548,28 @@ func (v *validator) imageList(p *field.Path) {
 }
 
 func (v *validator) kubeVersion(p *field.Path, s string) bool {
+	if err := CheckKubernetesVersion(s); err != nil {
+		v.add(p, "%s", err)
+		return false
+	}
+	return true
+}
+
+// CheckKubernetesVersion says why s cannot be a workload cluster's
+// Kubernetes version: not vMAJOR.MINOR.PATCH, or outside what the pinned
+// Cluster API and CAPMOX run. lab.yaml's validation and 'cluster upgrade
+// --to' share it.
+func CheckKubernetesVersion(s string) error {
 	m := kubeVersionRe.FindStringSubmatch(s)
 	if m == nil {
-		v.add(p, "%q is not a Kubernetes version such as v1.35.4", s)
-		return false
+		return fmt.Errorf("%q is not a Kubernetes version such as v1.35.4", s)
 	}
 	var minor int
 	fmt.Sscan(m[1], &minor)
 	if minor > maxKubernetesMinor || minor < minKubernetesMinor {
-		v.add(p, "%s is not supported: Cluster API 1.12 with CAPMOX v0.9 runs v1.%d to v1.%d", s, minKubernetesMinor, maxKubernetesMinor)
-		return false
+		return fmt.Errorf("%s is not supported: Cluster API 1.12 with CAPMOX v0.9 runs v1.%d to v1.%d", s, minKubernetesMinor, maxKubernetesMinor)
 	}
-	return true
+	return nil
 }
 
 // ClustersOn says why workload cluster machines cannot run on hypervisor

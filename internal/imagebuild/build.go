@@ -59,6 +59,10 @@ type BuildOptions struct {
 	Driver func(ctx context.Context, name string) (hypervisor.Driver, error)
 	// Environ is the base child environment (default os.Environ()).
 	Environ []string
+	// KubernetesVersion, when set, builds the images at this version
+	// instead of images[].kubernetesVersion: the image 'cluster upgrade
+	// --to' needs before lab.yaml says so.
+	KubernetesVersion string
 }
 
 // Build builds each selected image in lab.yaml and tags its template.
@@ -74,6 +78,15 @@ func Build(ctx context.Context, o BuildOptions) error {
 	}
 	if len(imgs) == 0 {
 		return fmt.Errorf("lab.yaml (%s) lists no images; add one under images", src)
+	}
+	if v := o.KubernetesVersion; v != "" {
+		if err := config.CheckKubernetesVersion(v); err != nil {
+			return fmt.Errorf("--kubernetes-version: %w", err)
+		}
+		imgs = slices.Clone(imgs)
+		for i := range imgs {
+			imgs[i].KubernetesVersion = v
+		}
 	}
 	if o.Environ == nil {
 		o.Environ = os.Environ()

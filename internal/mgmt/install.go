@@ -88,6 +88,9 @@ func Install(ctx context.Context, o InstallOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := in.refuseUpgrade(ctx); err != nil {
+		return err
+	}
 	if o.DryRun {
 		step.Println(ctx, o.IO.Err, "Dry run: nothing is applied.")
 	}
@@ -159,6 +162,27 @@ func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
 	}
 	step.Println(ctx, o.IO.Err, fmt.Sprintf("Management stack onto %s (Kubernetes %s), charts through %s", kc.Host(), v.GitVersion, how))
 	return in, nil
+}
+
+// refuseUpgrade stops install from moving a running component to another
+// version: that is 'mgmt upgrade', which shows the plan and asks first.
+// Install only installs what is missing and repairs what drifted.
+func (in *installer) refuseUpgrade(ctx context.Context) error {
+	p, err := in.upgradePlan(ctx)
+	if err != nil {
+		return err
+	}
+	var moves []string
+	for _, it := range p.Items {
+		if it.Action == ActionUpgrade && it.Component != "k3s" && !strings.HasPrefix(it.Component, "cluster-autoscaler ") {
+			moves = append(moves, fmt.Sprintf("%s %s → %s", it.Component, it.From, it.To))
+		}
+	}
+	if len(moves) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the management cluster %s runs other versions than this labctl pins (%s): moving them is an upgrade; run 'labctl mgmt upgrade --dry-run' to see the plan, then 'labctl mgmt upgrade'; nothing was changed",
+		in.kc.Host(), strings.Join(moves, ", "))
 }
 
 // buildComponents renders the stack as mgmt install applies it, reading

@@ -25,6 +25,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -137,26 +138,14 @@ func ReadFile(ctx context.Context, t Target, file string) ([]byte, error) {
 	if !path.IsAbs(file) || path.Clean(file) != file || strings.ContainsAny(file, "'\\\n") {
 		return nil, fmt.Errorf("reading %q over SSH: the path must be absolute, clean and unquoted", file)
 	}
-	c, err := dial(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	sess, err := c.NewSession()
-	if err != nil {
-		return nil, fmt.Errorf("opening an SSH session on %s: %w", t.Addr, err)
-	}
-	defer sess.Close()
 	var stdout, stderr bytes.Buffer
-	sess.Stdout = &limited{w: &stdout, n: maxFile}
-	sess.Stderr = &limited{w: &stderr, n: 4096}
-	done := make(chan error, 1)
-	go func() { done <- sess.Run("sudo -n cat -- '" + file + "'") }()
-	select {
-	case <-ctx.Done():
-		_ = c.Close()
+	err := run(ctx, t, "sudo -n cat -- '"+file+"'", &limited{w: &stdout, n: maxFile}, &limited{w: &stderr, n: 4096})
+	var dialErr *dialError
+	switch {
+	case errors.As(err, &dialErr):
+		return nil, dialErr.err
+	case err != nil && ctx.Err() != nil:
 		return nil, fmt.Errorf("reading %s on %s: %w", file, t.Addr, ctx.Err())
-	case err = <-done:
 	}
 	if stdout.Len() > maxFile {
 		return nil, fmt.Errorf("reading %s on %s: larger than %d bytes", file, t.Addr, maxFile)
@@ -172,6 +161,92 @@ func ReadFile(ctx context.Context, t Target, file string) ([]byte, error) {
 		return nil, fmt.Errorf("reading %s on %s: %w (%s)", file, t.Addr, err, msg)
 	}
 	return stdout.Bytes(), nil
+}
+
+// Run runs command as root ('sudo -n sh -c') over one SSH session and
+// returns its output (stdout and stderr, the last 64 KiB). progress, when
+// set, gets each line as it comes. Cancelling ctx closes the connection.
+func Run(ctx context.Context, t Target, command string, progress func(line string)) ([]byte, error) {
+	out := &tail{n: 64 << 10, progress: progress}
+	err := run(ctx, t, "sudo -n sh -c '"+strings.ReplaceAll(command, "'", `'\''`)+"'", out, out)
+	var dialErr *dialError
+	switch {
+	case errors.As(err, &dialErr):
+		return nil, dialErr.err
+	case ctx.Err() != nil:
+		return out.bytes(), fmt.Errorf("running a command on %s: %w", t.Addr, ctx.Err())
+	case err != nil:
+		return out.bytes(), fmt.Errorf("running a command on %s as %s: %w; its last output:\n%s", t.Addr, t.User, err, strings.TrimSpace(string(out.bytes())))
+	}
+	return out.bytes(), nil
+}
+
+// dialError is a failure to reach or log in to the VM, returned as is.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+
+// run runs cmd over one SSH session; cancelling ctx closes the
+// connection, and run then returns ctx's error.
+func run(ctx context.Context, t Target, cmd string, stdout, stderr io.Writer) error {
+	c, err := dial(ctx, t)
+	if err != nil {
+		return &dialError{err}
+	}
+	defer c.Close()
+	sess, err := c.NewSession()
+	if err != nil {
+		return fmt.Errorf("opening an SSH session on %s: %w", t.Addr, err)
+	}
+	defer sess.Close()
+	sess.Stdout, sess.Stderr = stdout, stderr
+	done := make(chan error, 1)
+	go func() { done <- sess.Run(cmd) }()
+	select {
+	case <-ctx.Done():
+		_ = c.Close()
+		return ctx.Err()
+	case err = <-done:
+		return err
+	}
+}
+
+// tail keeps the last n bytes written and hands each line to progress.
+type tail struct {
+	mu       sync.Mutex
+	buf      []byte
+	n        int
+	line     []byte
+	progress func(string)
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.n {
+		t.buf = t.buf[len(t.buf)-t.n:]
+	}
+	if t.progress != nil {
+		t.line = append(t.line, p...)
+		for {
+			i := bytes.IndexByte(t.line, '\n')
+			if i < 0 {
+				break
+			}
+			if l := strings.TrimSpace(string(t.line[:i])); l != "" {
+				t.progress(l)
+			}
+			t.line = t.line[i+1:]
+		}
+	}
+	return len(p), nil
+}
+
+func (t *tail) bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]byte(nil), t.buf...)
 }
 
 // dial connects and logs in; ctx cancels the dial and the handshake.
