@@ -188,17 +188,26 @@ type KubeconfigOptions struct {
 // Kubeconfig prints the stored management kubeconfig or writes it to a file.
 func Kubeconfig(ctx context.Context, o KubeconfigOptions) error {
 	lab := o.Lab
-	src, err := kube.MgmtKubeconfigPath(lab.Metadata.Name)
+	data, err := storedKubeconfig(lab.Metadata.Name)
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(src)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("no kubeconfig stored for lab %s at %s: run 'labctl mgmt up'", lab.Metadata.Name, src)
-	}
-	if err != nil {
-		return fmt.Errorf("reading the stored kubeconfig: %w", err)
-	}
 	return kube.Export(o.IO.Out, o.IO.Err, data, kube.ExportOptions{
 		Write: o.Path, Force: o.Force, Merge: o.Merge, Name: "labctl-" + lab.Metadata.Name + "-mgmt"})
+}
+
+// storedKubeconfig reads the management kubeconfig mgmt up stored for lab.
+func storedKubeconfig(lab string) ([]byte, error) {
+	src, err := kube.MgmtKubeconfigPath(lab)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no kubeconfig stored for lab %s at %s: run 'labctl mgmt up'", lab, src)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the stored kubeconfig: %w", err)
+	}
+	return data, nil
 }
