@@ -10,6 +10,7 @@ import (
 
 func newMgmtKubeconfigCmd(f *cmdutil.Factory) *cobra.Command {
 	var export kube.ExportOptions
+	var ro readOnlyFlags
 	c := &cobra.Command{
 		Use:   "kubeconfig",
 		Short: "Print the management cluster's kubeconfig, write it to a file, or merge it",
@@ -18,19 +19,33 @@ $XDG_CONFIG_HOME/labctl/<lab>/mgmt.kubeconfig, or write it (mode 0600) to
 the file --write names (never over an existing file without --force), or
 --merge it into ~/.kube/config (or the file kubectl writes to under
 $KUBECONFIG) as context labctl-<lab>-mgmt, made current; the other contexts
-stay.`,
+stay.
+
+--read-only hands out a kubeconfig that can only look, for everyday use:
+ServiceAccount kube-system/labctl-readonly bound to ClusterRole view (which
+reads no Secrets, so no cluster's credentials), with a token that expires
+after --ttl. --revoke deletes that ServiceAccount and binding, and every
+read-only token stops working.`,
 		Example: `  labctl mgmt kubeconfig > ~/.kube/lab
   labctl mgmt kubeconfig --write ~/.kube/lab
-  labctl mgmt kubeconfig --merge && kubectl get nodes`,
-		Args: cobra.NoArgs,
+  labctl mgmt kubeconfig --merge && kubectl get nodes
+  labctl mgmt kubeconfig --read-only --ttl 2h --write ~/.kube/lab-view
+  labctl mgmt kubeconfig --revoke`,
+		Args:    cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error { return ro.check(cmd) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lab, _, err := f.Lab(cmd.Context())
 			if err != nil {
 				return err
 			}
+			if ro.on() {
+				return mgmt.ReadOnlyKubeconfig(cmd.Context(), mgmt.KubeconfigOptions{IO: f.IO, Lab: lab, Path: export.Write, Force: export.Force, Merge: export.Merge},
+					ro.request(), ro.dryRun)
+			}
 			return mgmt.Kubeconfig(cmd.Context(), mgmt.KubeconfigOptions{IO: f.IO, Lab: lab, Path: export.Write, Force: export.Force, Merge: export.Merge})
 		},
 	}
 	addKubeconfigExportFlags(c, &export)
+	addReadOnlyFlags(c, &ro)
 	return c
 }

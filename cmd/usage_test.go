@@ -44,6 +44,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"completion", "bash", "extra"}, `unknown command "extra" for "labctl completion bash"`, "labctl completion bash"},
 		{[]string{"help", "nope"}, `unknown help topic "nope"`, "labctl help"},
 		{[]string{"help", "cluster", "nope"}, `unknown help topic "cluster nope"`, "labctl help"},
+		{[]string{"mgmt", "kubeconfig", "--ttl", "2h"}, "--ttl needs --read-only (or --revoke)", "labctl mgmt kubeconfig"},
+		{[]string{"cluster", "kubeconfig", "lab1", "--read-only", "--ttl", "1m"}, "--ttl 1m0s: the API server issues no token for less than 10m0s; give --ttl 10m0s or more", "labctl cluster kubeconfig"},
+		{[]string{"mgmt", "kubeconfig", "--read-only", "--revoke"}, "--read-only makes a token and --revoke ends them all; pass one", "labctl mgmt kubeconfig"},
 	} {
 		code, out, errOut := run(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, "Error: "+tc.want) || !strings.Contains(errOut, "Run '"+tc.cmd+" --help' for usage.") {

@@ -23,9 +23,13 @@ var (
 	// CAPMOX v1alpha2 (its Go module is not imported: see proxmox.go).
 	ProxmoxClusterGVK         = infraGV.WithKind("ProxmoxCluster")
 	ProxmoxMachineTemplateGVK = infraGV.WithKind("ProxmoxMachineTemplate")
+	// ProxmoxMachine's spec.virtualMachineID is the VMID of its VM.
+	ProxmoxMachineGVK = infraGV.WithKind("ProxmoxMachine")
 	// labctl's own libvirt provider.
 	LibvirtClusterGVK         = libvirtv1.GroupVersion.WithKind("LibvirtCluster")
 	LibvirtMachineTemplateGVK = libvirtv1.GroupVersion.WithKind("LibvirtMachineTemplate")
+	// A LibvirtMachine's UID is its domain's UUID.
+	LibvirtMachineGVK = libvirtv1.GroupVersion.WithKind("LibvirtMachine")
 	// In-cluster IPAM v1.0.3's storage version: a libvirt cluster's node
 	// addresses (CAPMOX makes its own pool).
 	InClusterIPPoolGVK = schema.GroupVersionKind{Group: "ipam.cluster.x-k8s.io", Version: "v1alpha2", Kind: "InClusterIPPool"}

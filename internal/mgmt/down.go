@@ -38,15 +38,22 @@ type DownOptions struct {
 	// ErrNoManagement means there is none, so no workload cluster to
 	// look for.
 	Mgmt func(ctx context.Context) (*kube.Client, error)
-	// DeleteClusters deletes the workload clusters through Cluster API
-	// first, and waits for them to go; without it, Down refuses while
-	// any exist.
-	DeleteClusters bool
+	// Cascade deletes the workload clusters through Cluster API first,
+	// and waits until their VMs are gone from the hypervisors; without
+	// it, Down refuses while any exist.
+	Cascade bool
 	// SkipClusterCheck deletes the VMs without asking the management
 	// cluster, for one that no longer answers.
 	SkipClusterCheck bool
 	// Timeout bounds each wait of a cluster deletion; 0 is the default.
 	Timeout time.Duration
+}
+
+func (o DownOptions) timeout() time.Duration {
+	if o.Timeout > 0 {
+		return o.Timeout
+	}
+	return cluster.DefaultTimeout
 }
 
 // Down deletes the VMs labctl made for this lab on the management
@@ -75,8 +82,8 @@ func Down(ctx context.Context, o DownOptions) error {
 	if err != nil {
 		return err
 	}
-	if len(workloads) > 0 && !o.DeleteClusters {
-		return fmt.Errorf("refusing to delete the management VM of lab %s: Cluster API there still manages %d workload cluster(s), whose VMs would be left behind with nothing that knows them:\n%s\ndelete them first ('labctl cluster delete NAME'), or pass --delete-clusters to have mgmt down delete them through Cluster API and wait",
+	if len(workloads) > 0 && !o.Cascade {
+		return fmt.Errorf("refusing to delete the management VM of lab %s: Cluster API there still manages %d workload cluster(s), whose VMs would be left behind with nothing that knows them:\n%s\ndelete them first ('labctl cluster delete NAME'), or pass --cascade to have mgmt down delete them through Cluster API and wait until their VMs are gone",
 			name, len(workloads), listClusters(workloads))
 	}
 	if len(workloads) > 0 {
@@ -103,6 +110,12 @@ func Down(ctx context.Context, o DownOptions) error {
 			return ErrAborted
 		}
 	}
+	// Read before the clusters go: their machines name the VMs to see
+	// gone from the hypervisors.
+	vmsOfClusters, err := machineVMs(ctx, mc, workloads)
+	if err != nil {
+		return fmt.Errorf("reading the workload clusters' machines before deleting them (nothing was deleted): %w", err)
+	}
 	for _, w := range workloads {
 		err := cluster.Delete(ctx, cluster.DeleteOptions{Yes: true, Options: cluster.Options{
 			IO: o.IO, Lab: lab, Name: w.Name, Mgmt: mc, Timeout: o.Timeout,
@@ -111,7 +124,12 @@ func Down(ctx context.Context, o DownOptions) error {
 			return fmt.Errorf("deleting workload cluster %s before the management VM (nothing of the management VM was deleted): %w", w.Name, err)
 		}
 	}
-	steps := make([]step.Step, 0, len(vms))
+	steps := make([]step.Step, 0, len(vms)+1)
+	if len(workloads) > 0 {
+		steps = append(steps, step.Step{Name: "wait for the workload clusters' VMs to go from the hypervisors", Apply: func(ctx context.Context) error {
+			return waitVMsGone(ctx, lab, o.Driver, vmsOfClusters, o.timeout(), func(msg string) { step.Progress(ctx, "%s", msg) })
+		}})
+	}
 	for _, v := range vms {
 		steps = append(steps, step.Step{Name: "delete " + describe(v), Apply: func(ctx context.Context) error {
 			return drv.DeleteVM(ctx, v)
@@ -188,17 +206,26 @@ type KubeconfigOptions struct {
 // Kubeconfig prints the stored management kubeconfig or writes it to a file.
 func Kubeconfig(ctx context.Context, o KubeconfigOptions) error {
 	lab := o.Lab
-	src, err := kube.MgmtKubeconfigPath(lab.Metadata.Name)
+	data, err := storedKubeconfig(lab.Metadata.Name)
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(src)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("no kubeconfig stored for lab %s at %s: run 'labctl mgmt up'", lab.Metadata.Name, src)
-	}
-	if err != nil {
-		return fmt.Errorf("reading the stored kubeconfig: %w", err)
-	}
 	return kube.Export(o.IO.Out, o.IO.Err, data, kube.ExportOptions{
 		Write: o.Path, Force: o.Force, Merge: o.Merge, Name: "labctl-" + lab.Metadata.Name + "-mgmt"})
+}
+
+// storedKubeconfig reads the management kubeconfig mgmt up stored for lab.
+func storedKubeconfig(lab string) ([]byte, error) {
+	src, err := kube.MgmtKubeconfigPath(lab)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no kubeconfig stored for lab %s at %s: run 'labctl mgmt up'", lab, src)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the stored kubeconfig: %w", err)
+	}
+	return data, nil
 }

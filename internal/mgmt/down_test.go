@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/files"
@@ -144,11 +147,13 @@ func TestKubeconfigPrintAndWrite(t *testing.T) {
 
 // TestDownRefusesWhileClustersExist: with a workload cluster in the
 // management cluster's Cluster API (the real CRDs on the test bed API
-// server), mgmt down refuses and lists it; --delete-clusters deletes it
-// through Cluster API, waits, and only then deletes the management VM.
+// server), mgmt down refuses and lists it; --cascade deletes it through
+// Cluster API, waits until the VM its ProxmoxMachine names is gone from the
+// fake PVE, and only then deletes the management VM. A VM that never goes
+// keeps the management VM and is named.
 func TestDownRefusesWhileClustersExist(t *testing.T) {
 	srv, lab := downBed(t)
-	env := testbed.Start(t, testbed.WithCRDs("capi"))
+	env := testbed.Start(t, testbed.WithCRDs("capi", "capmox"))
 	raw, err := os.ReadFile(env.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -167,31 +172,59 @@ func TestDownRefusesWhileClustersExist(t *testing.T) {
 		"metadata": map[string]any{"name": "lab1", "namespace": "lab1"},
 		"spec":     map[string]any{"paused": false},
 	}}
-	if _, err := mc.Apply(t.Context(), []*unstructured.Unstructured{ns, cl}, kube.ApplyOptions{}); err != nil {
+	// A worker's VM as CAPMOX clones it: the template's tags, not the lab's.
+	srv.AddVM("pv1-1", 202, "lab1-workers-x7k2p", 4096, true, false, "labctl", "labctl-image-noble")
+	// Its ProxmoxMachine, as CAPI makes it from the template labctl renders.
+	example, _, err := config.Load(t.Context(), config.Request{Path: "../../examples/lab.yaml", Explicit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	example.Management.SSHPublicKeyFile, example.Management.SSHPublicKeys = "", []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop"}
+	r, err := cluster.Render(example, "lab1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec map[string]any
+	for _, o := range r.Objects {
+		if o.GroupVersionKind() == clusterapi.ProxmoxMachineTemplateGVK {
+			spec, _, _ = unstructured.NestedMap(o.Object, "spec", "template", "spec")
+		}
+	}
+	if spec == nil {
+		t.Fatal("lab1 renders no ProxmoxMachineTemplate")
+	}
+	spec["virtualMachineID"] = int64(202)
+	pm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": clusterapi.ProxmoxMachineGVK.GroupVersion().String(), "kind": "ProxmoxMachine",
+		"metadata": map[string]any{"name": "lab1-workers-x7k2p", "namespace": "lab1", "labels": map[string]any{clusterapi.ClusterNameLabel: "lab1"}},
+		"spec":     spec,
+	}}
+	if _, err := mc.Apply(t.Context(), []*unstructured.Unstructured{ns, cl, pm}, kube.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	clRef := kube.Ref{GVK: clusterapi.ClusterGVK, Namespace: "lab1", Name: "lab1"}
-	run := func(answer string, dry, deleteClusters bool) (string, error) {
+	timeout := 30 * time.Second
+	run := func(answer string, dry, cascade bool) (string, error) {
 		var out bytes.Buffer
 		err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out, InTTY: true, ErrTTY: true}, Lab: lab, Driver: opener(lab), Mgmt: storedMgmt(lab),
-			DryRun: dry, Yes: answer == "", DeleteClusters: deleteClusters, Timeout: 30 * time.Second})
+			DryRun: dry, Yes: answer == "", Cascade: cascade, Timeout: timeout})
 		return out.String(), err
 	}
 
 	out, err := run("", false, false)
 	if err == nil || !strings.Contains(err.Error(), "refusing to delete the management VM") || !strings.Contains(err.Error(), "Cluster lab1/lab1") ||
-		!strings.Contains(err.Error(), "--delete-clusters") {
+		!strings.Contains(err.Error(), "--cascade") {
 		t.Fatalf("mgmt down with a workload cluster = %v\n%s", err, out)
 	}
-	if len(srv.VMs()) != 3 {
+	if len(srv.VMs()) != 4 {
 		t.Fatalf("a refused mgmt down deleted VMs: %v", ids(srv))
 	}
 
 	out, err = run("", true, true)
 	if err != nil || !strings.Contains(out, "workload clusters to delete first") || !strings.Contains(out, "Cluster lab1/lab1") {
-		t.Fatalf("dry run with --delete-clusters: %v\n%s", err, out)
+		t.Fatalf("dry run with --cascade: %v\n%s", err, out)
 	}
-	if _, found, _ := mc.Get(t.Context(), clRef); !found || len(srv.VMs()) != 3 {
+	if _, found, _ := mc.Get(t.Context(), clRef); !found || len(srv.VMs()) != 4 {
 		t.Fatal("the dry run deleted something")
 	}
 	if out, err := run("n\n", false, true); !errors.Is(err, ErrAborted) {
@@ -201,19 +234,83 @@ func TestDownRefusesWhileClustersExist(t *testing.T) {
 		t.Fatal("answering no deleted the cluster")
 	}
 
+	// Nothing deletes VM 202 (no CAPMOX here yet): the management VM stays
+	// and the error names the VM.
+	timeout = 3 * time.Second
 	out, err = run("y\n", false, true)
-	if err != nil {
-		t.Fatalf("mgmt down --delete-clusters: %v\n%s", err, out)
+	if err == nil || !strings.Contains(err.Error(), "VM 202 on pve (of ProxmoxMachine lab1/lab1-workers-x7k2p)") || !strings.Contains(err.Error(), "the management VM was kept") {
+		t.Fatalf("mgmt down --cascade with a VM that never goes = %v\n%s", err, out)
 	}
 	if _, found, err := mc.Get(t.Context(), clRef); found || err != nil {
 		t.Errorf("Cluster lab1/lab1 is still there (%v)", err)
 	}
-	if got := ids(srv); len(got) != 2 {
+	if len(srv.VMs()) != 4 {
+		t.Fatalf("mgmt down deleted VMs while a workload VM was left: %v", ids(srv))
+	}
+
+	// Cluster API deleted the cluster, but its VM is not gone yet: down
+	// waits for it. Stand in for CAPMOX finishing: stop and destroy VM 202
+	// through the PVE API, a few seconds into the wait.
+	mc2, err := kube.Connect(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mc2.Apply(t.Context(), []*unstructured.Unstructured{cl}, kube.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	timeout = 30 * time.Second
+	go func() {
+		time.Sleep(3 * time.Second)
+		if err := pveCall(srv, "POST", "/nodes/pv1-1/qemu/202/status/stop"); err != nil {
+			t.Errorf("standing in for CAPMOX: %v", err)
+		}
+		// PVE refuses to destroy a VM until its stop task has ended.
+		for i := 0; ; i++ {
+			err := pveCall(srv, "DELETE", "/nodes/pv1-1/qemu/202")
+			if err == nil {
+				return
+			}
+			if i == 20 {
+				t.Errorf("standing in for CAPMOX: %v", err)
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+	out, err = run("y\n", false, true)
+	if err != nil {
+		t.Fatalf("mgmt down --cascade: %v\n%s", err, out)
+	}
+	if _, found, err := mc.Get(t.Context(), clRef); found || err != nil {
+		t.Errorf("Cluster lab1/lab1 is still there (%v)", err)
+	}
+	if got := ids(srv); len(got) != 2 || got[0] != 150 || got[1] != 151 {
 		t.Errorf("left %v, want the hand-made VM and the other lab's", got)
 	}
-	for _, want := range []string{"delete cluster lab1", "wait for the Cluster to go", "delete labctl-mgmt (VMID 201 on pv1-1)"} {
+	for _, want := range []string{"delete cluster lab1", "wait for the Cluster to go", "wait for the workload clusters' VMs to go", "delete labctl-mgmt (VMID 201 on pv1-1)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// pveCall makes one request to the fake PVE as a client holding the lab's
+// token would, and waits for its task.
+func pveCall(srv *pvetest.Server, method, path string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, srv.URL+"/api2/json"+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "PVEAPIToken="+srv.TokenID+"="+srv.Secret)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	}
+	return nil
 }
