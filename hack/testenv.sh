@@ -16,14 +16,18 @@
 # Prints progress on stderr and the binaries' folder on its last stdout line
 # (KUBEBUILDER_ASSETS for envtest).
 #
-# cluster-autoscaler has no served module: it is built from the upstream
-# source in ../shared/upstream beside the checkout (LABCTL_SHARED overrides
-# where ../shared is), which is read-only in CI; `go build` writes nothing
-# there because the module's go.sum is complete.
+#   hack/testenv.sh sources         the upstream sources below, alone
+#
+# cluster-autoscaler has no served module: it is built from its upstream
+# source at the tag pinned in hack/testbed/sources, which
+# hack/upstream-src.sh puts in .testbed/src: a link to the local mirror
+# ../shared/upstream (LABCTL_SHARED overrides where ../shared is; read-only
+# in CI, and `go build` writes nothing there because the module's go.sum is
+# complete), else a shallow git clone (git and the network needed). `all`
+# gets every pinned source, the charts and image-builder's Makefile too.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${TESTBED_BIN:-$root/.testbed/bin}
-shared=${LABCTL_SHARED:-$root/../shared}
 mkdir -p "$out"
 
 kv=v1.35.4
@@ -53,7 +57,7 @@ spec() {
   ipam-in-cluster) echo "hack/testbed/ipam|sigs.k8s.io/cluster-api-ipam-provider-in-cluster|sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.0.3||" ;;
   cluster-api-operator) echo "hack/testbed/operator|sigs.k8s.io/cluster-api-operator/cmd|sigs.k8s.io/cluster-api-operator v0.28.0||" ;;
   kwok) echo "hack/testbed/kwok|sigs.k8s.io/kwok/cmd/kwok|sigs.k8s.io/kwok v0.8.0|-X sigs.k8s.io/kwok/pkg/consts.Version=v0.8.0|" ;;
-  cluster-autoscaler) echo "$shared/upstream/cluster-autoscaler-1.35.0|.|-||clusterapi" ;;
+  cluster-autoscaler) echo "src:cluster-autoscaler-1.35.0|.|-||clusterapi" ;;
   *) return 1 ;;
   esac
 }
@@ -66,21 +70,37 @@ built() {
   go version -m "$bin" 2>/dev/null | grep -qE "[[:space:]]${want% *}[[:space:]]+${want#* }([[:space:]]|$)"
 }
 
+# unavailable NAME WHY: under CI a missing part fails the build; outside
+# it the tests that need the part skip, saying why.
+unavailable() {
+  if [ -n "${CI:-}${LABCTL_REQUIRE_TESTBED:-}" ]; then
+    echo "testbed: cannot build $1: $2" >&2
+    exit 1
+  fi
+  echo "testbed: skipping $1: $2" >&2
+}
+
 build() { # binary name
-  local name=$1 line dir pkg want ldflags tags
+  local name=$1 line dir pkg want ldflags tags commit=
   line=$(spec "$name") || { echo "testenv: unknown binary $name (known: ${envtest_set[*]} ${controllers_set[*]})" >&2; exit 2; }
   IFS='|' read -r dir pkg want ldflags tags <<<"$line"
-  [[ $dir = /* ]] || dir=$root/$dir
-  if built "$out/$name" "$want"; then echo "testbed: $name present" >&2; return; fi
-  if [ ! -f "$dir/go.mod" ]; then
-    local why="$dir/go.mod is missing; the upstream source must be beside the checkout as ../shared (read-only is fine), or set LABCTL_SHARED to its folder"
-    if [ -n "${CI:-}${LABCTL_REQUIRE_TESTBED:-}" ]; then
-      echo "testbed: cannot build $name: $why" >&2
-      exit 1
+  if [[ $dir = src:* ]]; then
+    # An upstream source: the stamp beside the binary names the commit it
+    # was built from, so a new pin rebuilds.
+    local source=${dir#src:}
+    commit=$(awk -v n="$source" '$1 == n { print $4 }' "${TESTBED_SOURCES:-$root/hack/testbed/sources}")
+    want=-
+    if [ -x "$out/$name" ] && [ "$(cat "$out/.$name.commit" 2>/dev/null)" = "$commit" ]; then
+      echo "testbed: $name present" >&2
+      return
     fi
-    # Outside CI the tests that need it skip, saying why.
-    echo "testbed: skipping $name: $why" >&2
-    return
+    if ! dir=$("$root/hack/upstream-src.sh" "$source"); then
+      unavailable "$name" "its upstream source $source could not be had (above)"
+      return
+    fi
+  else
+    dir=$root/$dir
+    if built "$out/$name" "$want"; then echo "testbed: $name present" >&2; return; fi
   fi
   local from=$want
   [ "$want" != - ] || from=$dir
@@ -96,18 +116,27 @@ build() { # binary name
     exit 1
   fi
   mv "$tmp" "$out/$name"
+  if [ -n "$commit" ]; then echo "$commit" >"$out/.$name.commit"; fi
   echo "testbed: built $name in $((SECONDS - start)) s" >&2
 }
 
 names=()
+sources=
 [ $# -gt 0 ] || set -- envtest
 for arg in "$@"; do
   case $arg in
   envtest) names+=("${envtest_set[@]}") ;;
   controllers) names+=("${controllers_set[@]}") ;;
-  all) names+=("${envtest_set[@]}" "${controllers_set[@]}") ;;
+  all)
+    names+=("${envtest_set[@]}" "${controllers_set[@]}")
+    sources=1
+    ;;
+  sources) sources=1 ;;
   *) names+=("$arg") ;;
   esac
 done
 for n in "${names[@]}"; do build "$n"; done
+if [ -n "$sources" ] && ! "$root/hack/upstream-src.sh" all >/dev/null; then
+  unavailable "the upstream sources" "hack/upstream-src.sh all failed (above)"
+fi
 echo "$out"
