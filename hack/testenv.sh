@@ -122,7 +122,9 @@ wrapper_sources() {
   grep -oE '\.testbed/src/[A-Za-z0-9._-]+' "$1/go.mod" | sed 's#.*/##' | sort -u || true
 }
 
-# source_dir NAME: the folder of an upstream source, got once per run.
+# source_dir NAME: the folder of an upstream source (hack/upstream-src.sh,
+# which does nothing when it is there already), remembered when not called
+# in a subshell.
 declare -A src_dir=()
 source_dir() {
   if [ -z "${src_dir[$1]:-}" ]; then
