@@ -7,14 +7,15 @@
 #   make lint           gofmt and go vet
 #   make generate       the libvirt provider's deepcopy code and CRDs, by
 #                       controller-gen (hack/generate.sh)
-#   make testbed        build etcd, kube-apiserver, kubectl and the real
-#                       controllers into .testbed/bin, and (as root) the
-#                       real-VM test image into .cache/
-#   make testbed-controllers  build only the real controllers (Cluster API,
-#                       CAPMOX, IPAM, operator, kube-controller-manager, kwok,
-#                       cluster-autoscaler) into .testbed/bin; make test
-#                       builds them too when missing (docs/testing.md)
-#   make bench-testbed  cold build of the controllers against a warm run
+#   make testbed        build the whole test bed into .testbed/bin (the
+#                       upstream sources into .testbed/src), and (as root)
+#                       the real-VM test image into .cache/
+#   make testbed-controllers  build the real controllers (Cluster API, CAPMOX,
+#                       IPAM, operator, kube-controller-manager, kwok,
+#                       cluster-autoscaler) into .testbed/bin (make test
+#                       builds them too)
+#   make bench-testbed  the whole test bed cold (empty build cache) and warm,
+#                       side by side per go build (long: docs/testing.md)
 #   make sim            a management cluster in a box and a fake Proxmox VE
 #                       on loopback, for labctl by hand: prints a kubeconfig
 #                       and a lab.yaml; Ctrl-C stops everything
@@ -95,8 +96,8 @@ testbed: ## build the test bed, the real controllers too (and, as root, the test
 testbed-controllers: ## build the real controllers into .testbed/bin when missing (docs/testing.md)
 	hack/testenv.sh controllers
 
-bench-testbed: ## cold build of the real controllers against a warm run (long: see docs/testing.md)
-	hack/bench-testbed.sh controllers
+bench-testbed: ## the test bed cold (empty build cache) and warm, side by side (long: see docs/testing.md)
+	hack/bench-testbed.sh all
 
 # The sim is a test (internal/testing/testbed/sim, TestSim) so that the
 # box's cleanups stop every process. The test binary is built with go test

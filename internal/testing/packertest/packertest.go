@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/labctl/labctl/internal/testing/testbed"
@@ -44,8 +45,10 @@ func IsStandin() bool {
 	return false
 }
 
-// Upstream is image-builder's images/capi folder at the pinned tag in
-// ../shared, or skips the test when it is absent.
+// Upstream is image-builder's images/capi folder at the pinned tag: in
+// .testbed/src, where `hack/testenv.sh all` (make test) puts it from the
+// mirror in ../shared or a git clone, else in ../shared itself. It skips
+// the test when neither has it.
 func Upstream(t testing.TB) string {
 	t.Helper()
 	pins, err := versions.Get()
@@ -56,11 +59,18 @@ func Upstream(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(filepath.Dir(root), "shared", "upstream", "image-builder-"+pins.ImageBuilder, "images", "capi")
-	if _, err := os.Stat(filepath.Join(dir, "Makefile")); err != nil {
-		t.Skipf("skipping: image-builder's Makefile is not at %s (../shared is not beside this checkout; CI has it)", dir)
+	name := "image-builder-" + pins.ImageBuilder
+	dirs := []string{
+		filepath.Join(root, ".testbed", "src", name, "images", "capi"),
+		filepath.Join(filepath.Dir(root), "shared", "upstream", name, "images", "capi"),
 	}
-	return dir
+	for _, dir := range dirs {
+		if _, err := os.Stat(filepath.Join(dir, "Makefile")); err == nil {
+			return dir
+		}
+	}
+	t.Skipf("skipping: image-builder's Makefile is in neither %s: get it with 'hack/upstream-src.sh %s' (git and the network, or the mirror ../shared)", strings.Join(dirs, " nor "), name)
+	return ""
 }
 
 // New sets up a Standin in a temporary folder. It skips the test when make

@@ -90,17 +90,17 @@ type Provider struct {
 
 // Providers are the components the test bed renders, by name.
 var Providers = map[string]Provider{
-	"cluster-api": {Name: "cluster-api", Wrapper: "capi", Module: "sigs.k8s.io/cluster-api", Kustomization: "config/default", Pin: pinCAPI,
+	"cluster-api": {Name: "cluster-api", Wrapper: "controllers", Module: "sigs.k8s.io/cluster-api", Kustomization: "config/default", Pin: pinCAPI,
 		Image: "registry.k8s.io/cluster-api/cluster-api-controller", Type: "core"},
-	"kubeadm-bootstrap": {Name: "kubeadm-bootstrap", Wrapper: "capi", Module: "sigs.k8s.io/cluster-api", Kustomization: "bootstrap/kubeadm/config/default", Pin: pinCAPI,
+	"kubeadm-bootstrap": {Name: "kubeadm-bootstrap", Wrapper: "controllers", Module: "sigs.k8s.io/cluster-api", Kustomization: "bootstrap/kubeadm/config/default", Pin: pinCAPI,
 		Image: "registry.k8s.io/cluster-api/kubeadm-bootstrap-controller", Type: "bootstrap"},
-	"kubeadm-control-plane": {Name: "kubeadm-control-plane", Wrapper: "capi", Module: "sigs.k8s.io/cluster-api", Kustomization: "controlplane/kubeadm/config/default", Pin: pinCAPI,
+	"kubeadm-control-plane": {Name: "kubeadm-control-plane", Wrapper: "controllers", Module: "sigs.k8s.io/cluster-api", Kustomization: "controlplane/kubeadm/config/default", Pin: pinCAPI,
 		Image: "registry.k8s.io/cluster-api/kubeadm-control-plane-controller", Type: "control-plane"},
-	"capmox": {Name: "capmox", Wrapper: "capmox", Module: "github.com/ionos-cloud/cluster-api-provider-proxmox", Kustomization: "config/default",
+	"capmox": {Name: "capmox", Wrapper: "controllers", Module: "github.com/ionos-cloud/cluster-api-provider-proxmox", Kustomization: "config/default",
 		Pin: func(p versions.Pins) string { return p.CAPMOX }, Image: "ghcr.io/ionos-cloud/cluster-api-provider-proxmox", Type: "infrastructure"},
 	"ipam-in-cluster": {Name: "ipam-in-cluster", Wrapper: "ipam", Module: "sigs.k8s.io/cluster-api-ipam-provider-in-cluster", Kustomization: "config/default",
 		Pin: func(p versions.Pins) string { return p.IPAMInCluster }, Image: "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller", Type: "ipam"},
-	"cluster-api-operator": {Name: "cluster-api-operator", Wrapper: "operator", Module: "sigs.k8s.io/cluster-api-operator", Kustomization: "config/default",
+	"cluster-api-operator": {Name: "cluster-api-operator", Wrapper: "controllers", Module: "sigs.k8s.io/cluster-api-operator", Kustomization: "config/default",
 		Pin: func(p versions.Pins) string { return p.ClusterAPIOperator }, Image: "registry.k8s.io/capi-operator/cluster-api-operator"},
 	// k3s's helm-controller is no Cluster API provider and has no wrapper;
 	// its CRDs are generated files, at the version k3s bundles.
