@@ -9,7 +9,8 @@
 #                                   Cluster API managers, CAPMOX, in-cluster
 #                                   IPAM, cluster-api-operator,
 #                                   kube-controller-manager, kube-scheduler,
-#                                   kwok and cluster-autoscaler
+#                                   kwok, cluster-autoscaler, Kamaji and the
+#                                   Kamaji control-plane provider
 #   hack/testenv.sh all             both
 #   hack/testenv.sh BINARY...       only these (names as in .testbed/bin)
 #
@@ -20,6 +21,12 @@
 # source in ../shared/upstream beside the checkout (LABCTL_SHARED overrides
 # where ../shared is), which is read-only in CI; `go build` writes nothing
 # there because the module's go.sum is complete.
+#
+# Kamaji has no served module at the commit the provider needs either. Its
+# source is reached through .testbed/src/kamaji-e51909f, a link to that
+# folder of ../shared/upstream made here: the Kamaji manager is built inside
+# it, and the provider's wrapper module replaces github.com/clastix/kamaji
+# with it by that relative path, which is the same in every checkout.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${TESTBED_BIN:-$root/.testbed/bin}
@@ -40,7 +47,9 @@ capi_ldflags="-X sigs.k8s.io/cluster-api/version.gitVersion=v1.12.10 -X sigs.k8s
 # The k8s.io/kubernetes wrapper is the one kube-apiserver comes from.
 envtest_set=(etcd kube-apiserver kubectl)
 controllers_set=(kube-controller-manager kube-scheduler cluster-api kubeadm-bootstrap kubeadm-control-plane
-  capmox ipam-in-cluster cluster-api-operator kwok cluster-autoscaler)
+  capmox ipam-in-cluster cluster-api-operator kwok cluster-autoscaler kamaji kamaji-provider)
+kamaji_src=.testbed/src/kamaji-e51909f
+kamaji_ldflags="-X github.com/clastix/kamaji/internal.GitCommit=e51909fae3f5 -X github.com/clastix/kamaji/internal.GitTag=26.4.2-edge"
 spec() {
   case $1 in
   etcd) echo "hack/testbed/etcd|go.etcd.io/etcd/server/v3|go.etcd.io/etcd/server/v3 v3.6.16||" ;;
@@ -54,6 +63,8 @@ spec() {
   cluster-api-operator) echo "hack/testbed/operator|sigs.k8s.io/cluster-api-operator/cmd|sigs.k8s.io/cluster-api-operator v0.28.0||" ;;
   kwok) echo "hack/testbed/kwok|sigs.k8s.io/kwok/cmd/kwok|sigs.k8s.io/kwok v0.8.0|-X sigs.k8s.io/kwok/pkg/consts.Version=v0.8.0|" ;;
   cluster-autoscaler) echo "$shared/upstream/cluster-autoscaler-1.35.0|.|-||clusterapi" ;;
+  kamaji) echo "$kamaji_src|.|-|$kamaji_ldflags|" ;;
+  kamaji-provider) echo "hack/testbed/kamaji-provider|github.com/clastix/cluster-api-control-plane-provider-kamaji|github.com/clastix/cluster-api-control-plane-provider-kamaji v0.20.0||" ;;
   *) return 1 ;;
   esac
 }
@@ -66,14 +77,28 @@ built() {
   go version -m "$bin" 2>/dev/null | grep -qE "[[:space:]]${want% *}[[:space:]]+${want#* }([[:space:]]|$)"
 }
 
+# kamaji_source links .testbed/src/kamaji-e51909f to the upstream folder
+# beside the checkout, once; a folder already there (a clone of the same
+# commit) is kept.
+kamaji_source() {
+  local link=$root/$kamaji_src from=$shared/upstream/kamaji-e51909f
+  [ -e "$link/go.mod" ] && return
+  [ -f "$from/go.mod" ] || return 0 # build reports the missing go.mod
+  mkdir -p "$(dirname "$link")"
+  ln -sfn "$from" "$link"
+}
+
 build() { # binary name
   local name=$1 line dir pkg want ldflags tags
   line=$(spec "$name") || { echo "testenv: unknown binary $name (known: ${envtest_set[*]} ${controllers_set[*]})" >&2; exit 2; }
   IFS='|' read -r dir pkg want ldflags tags <<<"$line"
   [[ $dir = /* ]] || dir=$root/$dir
+  case $name in kamaji | kamaji-provider) kamaji_source ;; esac
   if built "$out/$name" "$want"; then echo "testbed: $name present" >&2; return; fi
-  if [ ! -f "$dir/go.mod" ]; then
-    local why="$dir/go.mod is missing; the upstream source must be beside the checkout as ../shared (read-only is fine), or set LABCTL_SHARED to its folder"
+  local src=$dir
+  [ "$name" != kamaji-provider ] || src=$root/$kamaji_src
+  if [ ! -f "$src/go.mod" ]; then
+    local why="$src/go.mod is missing; the upstream source must be beside the checkout as ../shared (read-only is fine), or set LABCTL_SHARED to its folder"
     if [ -n "${CI:-}${LABCTL_REQUIRE_TESTBED:-}" ]; then
       echo "testbed: cannot build $name: $why" >&2
       exit 1
