@@ -674,10 +674,8 @@ func (r *Runner) prepare(ctx context.Context, d *appsv1.Deployment, c corev1.Con
 	if err != nil {
 		return nil, fmt.Errorf("Deployment %s/%s container %s: %w", d.Namespace, d.Name, c.Name, err)
 	}
-	for _, req := range im.Requires {
-		if _, idx := flagValue(args, strings.TrimPrefix(req, "--")); idx < 0 {
-			return nil, fmt.Errorf("Deployment %s/%s container %s: the runner does not start %s without %s (Image.Requires says why)", d.Namespace, d.Name, c.Name, im.Binary, req)
-		}
+	if why := missingRequired(args, im); why != "" {
+		return nil, fmt.Errorf("Deployment %s/%s container %s: %s", d.Namespace, d.Name, c.Name, why)
 	}
 	var kept []int
 	for flagName, def := range im.PodPorts {
@@ -1110,6 +1108,16 @@ func commandLine(c corev1.Container, im Image, mounts []mount, root string, env 
 		}
 	}
 	return args, ports, nil
+}
+
+// missingRequired says which of im.Requires args lack, "" when none.
+func missingRequired(args []string, im Image) string {
+	for _, req := range im.Requires {
+		if _, idx := flagValue(args, strings.TrimPrefix(req, "--")); idx < 0 {
+			return fmt.Sprintf("the runner does not start %s without %s (runner.Image.Requires says why)", im.Binary, req)
+		}
+	}
+	return ""
 }
 
 // portFlag is the port a flag holding a bare port names, or its default;
