@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/runner"
 	"github.com/labctl/labctl/internal/testing/testbed/upstream"
+	"github.com/labctl/labctl/internal/versions"
 )
 
 // The real Kamaji (e51909f, from its own chart), the real Kamaji
@@ -319,4 +321,45 @@ func vmRSS(pid int) string {
 		}
 	}
 	return "?"
+}
+
+// Kamaji's real chart, as the box installs it, gives the runner what it
+// runs Kamaji from: the image at the test bed's tag, --disable-telemetry,
+// and a webhook certificate Secret mounted where --webhook-ca-path looks.
+// No API server: this is what TestKamajiTenantControlPlane stands on.
+func TestKamajiChartRunsUnderTheRunner(t *testing.T) {
+	objs := box.KamajiChart(t, "kamaji-system", map[string]any{
+		"telemetry": map[string]any{"disabled": true}, "kamaji-etcd": map[string]any{"deploy": false}, "defaultDatastoreName": "",
+	})
+	var d *unstructured.Unstructured
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+		if o.GetKind() == "Deployment" && o.GetName() == "kamaji" {
+			d = o
+		}
+	}
+	if d == nil || kinds["CustomResourceDefinition"] < 2 || kinds["Certificate"] != 1 || kinds["MutatingWebhookConfiguration"] != 1 {
+		t.Fatalf("Kamaji's chart rendered %v; want its Deployment, CRDs, Certificate and webhooks", kinds)
+	}
+	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	c := cs[0].(map[string]any)
+	im, ok := runner.Match(c["image"].(string), versions.MustGet())
+	if !ok || im.Binary != "kamaji" {
+		t.Fatalf("the runner does not run the chart's image %s", c["image"])
+	}
+	args, _, _ := unstructured.NestedStringSlice(c, "args")
+	if !slices.Contains(args, "--disable-telemetry") {
+		t.Errorf("chart args %q lack --disable-telemetry", args)
+	}
+	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+	found := false
+	for _, m := range mounts {
+		if m.(map[string]any)["mountPath"] == "/tmp/k8s-webhook-server/serving-certs" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the chart mounts no webhook certificate where --webhook-ca-path defaults to: %v", mounts)
+	}
 }
