@@ -2,6 +2,7 @@ package runner
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -132,5 +133,42 @@ func TestHostsFile(t *testing.T) {
 	}
 	if !os.SameFile(before, after) {
 		t.Error("the hosts file was replaced, not rewritten in place: a bind mount of it would keep the old one")
+	}
+}
+
+// A process run withHosts resolves the Services named in the runner's
+// hosts file, and the machine's /etc/hosts is not touched: the file is
+// bind-mounted in a mount namespace of the process's own.
+func TestWithHostsResolvesServices(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a mount namespace of the process's own needs root")
+	}
+	getent, err := exec.LookPath("getent")
+	if err != nil {
+		t.Skip(err)
+	}
+	machine, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{t: t, dir: t.TempDir()}
+	r.writeHosts([]string{"t1.tenants.svc"})
+	cmd, err := r.withHosts(&exec.Cmd{Path: getent, Args: []string{getent, "hosts", "t1.tenants.svc"}, Env: []string{"PATH=" + os.Getenv("PATH")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
+	}
+	if got := strings.Fields(string(out)); len(got) < 2 || got[0] != "127.0.0.1" || got[1] != "t1.tenants.svc" {
+		t.Errorf("getent hosts t1.tenants.svc in the process's namespace = %q, want 127.0.0.1", out)
+	}
+	after, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(machine) || strings.Contains(string(after), "t1.tenants.svc") {
+		t.Error("the machine's /etc/hosts changed")
 	}
 }
