@@ -38,9 +38,10 @@ import (
 // failed). Deleting the Cluster leaves no TenantControlPlane and nothing
 // under the tenant's prefix in the datastore.
 //
-// CAPMOX is not run: its webhook server and Kamaji's both hard-code port
-// 9443, so the test sets the ProxmoxCluster's status.initialization
-// itself, the one field CAPMOX would (docs/testing.md).
+// CAPMOX is not run here (it needs the fake PVE and its setup): the test
+// sets the ProxmoxCluster's status.initialization itself, the one field
+// CAPMOX would (docs/testing.md). Kamaji runs in a network namespace of
+// its own, so its webhook's port 9443 leaves CAPMOX's free.
 func TestKamajiTenantControlPlane(t *testing.T) {
 	box.Require(t, "cluster-api", "kamaji", "kamaji-provider", "kube-controller-manager", "kube-scheduler")
 	box.KamajiSource(t)
@@ -90,6 +91,11 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 	}
 
 	etcd := b.StartEtcd(t)
+	// Kamaji runs in a network namespace of its own (runner.Image.OwnNetwork).
+	_, etcdPort, _ := strings.Cut(etcd.Endpoint, ":")
+	if n, err := strconv.Atoi(etcdPort); err == nil {
+		b.Runner.Reach(n)
+	}
 	port := freePort(t)
 	const ns, name = "tenants", "t1"
 	objs := parse(t, fmt.Sprintf(kamajiObjects, etcd.Endpoint, ns, name, port,

@@ -39,7 +39,11 @@ func (r *Runner) endpoints(ctx context.Context) {
 	}
 	procs := r.Procs()
 	var named []string
-	defer func() { r.writeHosts(named) }()
+	var ports []int
+	defer func() {
+		r.writeHosts(named)
+		r.Reach(ports...)
+	}()
 	for i := range svcs.Items {
 		s := &svcs.Items[i]
 		var p *Proc
@@ -61,6 +65,9 @@ func (r *Runner) endpoints(ctx context.Context) {
 		}
 		if servesItsPorts(s, p) {
 			named = append(named, s.Name+"."+s.Namespace+".svc")
+			for _, sp := range s.Spec.Ports {
+				ports = append(ports, int(sp.Port))
+			}
 		}
 		want := slice(s, p, name)
 		have, err := r.cs.DiscoveryV1().EndpointSlices(s.Namespace).Get(ctx, name, metav1.GetOptions{})

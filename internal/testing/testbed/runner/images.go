@@ -60,6 +60,13 @@ type Image struct {
 	// Requires are arguments the runner refuses to start the binary
 	// without, saying so in the Deployment's status.
 	Requires []string
+	// OwnNetwork runs the process in a network namespace of its own
+	// (netns.go), where its FixedPorts do not collide with another
+	// binary's: its ports are exposed on free ports of the machine's
+	// loopback, and it reaches the API server, the Services the hosts
+	// file names and the ports given to Runner.Reach on the same ports of
+	// its own loopback.
+	OwnNetwork bool
 	// Hosts gives the process an /etc/hosts of its own naming the
 	// Services it dials by name (names.go): Kamaji reaches each tenant's
 	// API server at https://<tcp>.<namespace>.svc:<port>.
@@ -105,15 +112,15 @@ var Images = []Image{
 	{Name: "cluster-autoscaler", Binary: "cluster-autoscaler", Module: "k8s.io/autoscaler/cluster-autoscaler", Pin: func(p versions.Pins) string { return p.ClusterAutoscaler },
 		Addrs: map[string]string{"address": ":8085"}, InClusterFlag: "cloud-config"},
 	// cmd/manager/cmd.go of github.com/clastix/kamaji at e51909f: its
-	// webhook server is on 9443, hard-coded as CAPMOX's (so the two
-	// cannot run in one box); --webhook-ca-path must name a file that
+	// webhook server is on 9443, hard-coded as CAPMOX's, so it runs in a
+	// network namespace of its own; --webhook-ca-path must name a file that
 	// exists, cert-manager's ca.crt beside the serving certificate by
 	// default; without --disable-telemetry it reports to
 	// telemetry.clastix.io, off the machine.
 	{Name: "kamaji", Binary: "kamaji", Module: "github.com/clastix/kamaji", Pin: func(versions.Pins) string { return upstream.TestbedVersions["github.com/clastix/kamaji"] },
 		Addrs: map[string]string{"metrics-bind-address": ":8080", "health-probe-bind-address": ":8081"}, CRLeaderElection: true,
 		CertDir: "webhook-ca-path", CertDirDefault: crCertDir + "ca.crt", FixedPorts: []int{9443},
-		Requires: []string{"--disable-telemetry"}, Hosts: true},
+		Requires: []string{"--disable-telemetry"}, Hosts: true, OwnNetwork: true},
 	// main.go of github.com/clastix/cluster-api-control-plane-provider-kamaji
 	// v0.20.0: diagnostics from Cluster API's util/flags; its webhook
 	// server (9443) never starts, as it registers no webhook.

@@ -56,6 +56,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,6 +108,9 @@ type Runner struct {
 	// portLocks are the machine-wide locks held on ports an image
 	// hard-codes (Image.FixedPorts), by port; released by Stop.
 	portLocks map[int]func()
+	// reach are the machine's loopback ports every network namespace of
+	// a process reaches (Image.OwnNetwork).
+	reach map[int]bool
 	// images are the images run from binaries: Images, and those Run adds.
 	images []Image
 }
@@ -141,8 +145,11 @@ type Proc struct {
 	Pod []*Proc
 
 	container corev1.Container
-	spec      string // hash of what it was started from
-	labels    map[string]string
+	// sandbox is its network namespace (Image.OwnNetwork), kept across
+	// restarts.
+	sandbox *sandbox
+	spec    string // hash of what it was started from
+	labels  map[string]string
 	// mu guards cmd, exited and exitErr: a restart replaces them while
 	// tests and the loop ask Running.
 	mu       sync.Mutex
@@ -272,6 +279,9 @@ func (r *Runner) Stop() {
 	r.mu.Unlock()
 	for _, p := range procs {
 		r.kill(p)
+		if p.sandbox != nil {
+			p.sandbox.close()
+		}
 	}
 	r.mu.Lock()
 	for _, unlock := range r.portLocks {
@@ -548,6 +558,9 @@ func (r *Runner) ensure(ctx context.Context, d *appsv1.Deployment, cs []known) (
 		}
 	}
 	for _, k := range cs {
+		if k.im.OwnNetwork {
+			continue // its FixedPorts are its network's alone
+		}
 		if why := r.lockPorts(k.im.Binary, k.im.FixedPorts, "hard-codes"); why != "" {
 			return false, why
 		}
@@ -696,7 +709,89 @@ func (r *Runner) prepare(ctx context.Context, d *appsv1.Deployment, c corev1.Con
 			return nil, fmt.Errorf("Deployment %s/%s container %s: %w", d.Namespace, d.Name, c.Name, err)
 		}
 	}
+	if im.OwnNetwork {
+		if err := r.sandboxed(p); err != nil {
+			return nil, fmt.Errorf("Deployment %s/%s container %s: %w", d.Namespace, d.Name, c.Name, err)
+		}
+	}
 	return p, nil
+}
+
+// sandboxed moves p into a network namespace of its own: each of its
+// ports exposed on the machine's loopback (a moved listener on the same
+// port, a fixed one on a free port), the API server and the ports the
+// runner reaches reached from inside.
+func (r *Runner) sandboxed(p *Proc) error {
+	sb, err := newSandbox()
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error { sb.close(); return err }
+	for _, local := range p.Ports {
+		if err := sb.expose(local, local); err != nil {
+			return fail(err)
+		}
+	}
+	for _, port := range p.Image.FixedPorts {
+		local, err := r.reservePort()
+		if err != nil {
+			return fail(err)
+		}
+		if err := sb.expose(local, port); err != nil {
+			return fail(err)
+		}
+		p.Ports[int32(port)] = local
+	}
+	u, err := url.Parse(r.cfg.Host)
+	if err != nil {
+		return fail(fmt.Errorf("the API server's address %s: %w", r.cfg.Host, err))
+	}
+	apiPort, _ := strconv.Atoi(u.Port())
+	r.mu.Lock()
+	ports := []int{apiPort}
+	for port := range r.reach {
+		ports = append(ports, port)
+	}
+	r.mu.Unlock()
+	for _, port := range ports {
+		if err := sb.reach(port); err != nil {
+			return fail(err)
+		}
+	}
+	if p.cmd, err = sb.join(p.cmd); err != nil {
+		return fail(err)
+	}
+	p.sandbox = sb
+	return nil
+}
+
+// Reach makes these ports of the machine's loopback reachable, on the
+// same ports, from the processes in networks of their own
+// (Image.OwnNetwork): a datastore a test runs beside the box. The
+// Services the hosts file names are reached without it.
+func (r *Runner) Reach(ports ...int) {
+	r.mu.Lock()
+	if r.reach == nil {
+		r.reach = map[int]bool{}
+	}
+	for _, port := range ports {
+		r.reach[port] = true
+	}
+	procs := make([]*Proc, 0, len(r.procs))
+	for _, p := range r.procs {
+		procs = append(procs, p.Pod...)
+	}
+	r.mu.Unlock()
+	for _, p := range procs {
+		if p.sandbox == nil {
+			continue
+		}
+		for _, port := range ports {
+			if err := p.sandbox.reach(port); err != nil {
+				r.logf("%s: %v", p, err)
+			}
+		}
+	}
 }
 
 // launch starts (or starts again) the process; its output goes to its log.
@@ -732,10 +827,13 @@ func (r *Runner) launch(p *Proc) error {
 	return nil
 }
 
-// killPod stops every process of p's pod.
+// killPod stops every process of p's pod, and their network namespaces.
 func (r *Runner) killPod(p *Proc) {
 	for _, q := range p.Pod {
 		r.kill(q)
+		if q.sandbox != nil {
+			q.sandbox.close()
+		}
 	}
 }
 
