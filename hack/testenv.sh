@@ -10,7 +10,8 @@
 #                                   Cluster API managers, CAPMOX, in-cluster
 #                                   IPAM, cluster-api-operator,
 #                                   kube-controller-manager, kube-scheduler,
-#                                   kwok and cluster-autoscaler
+#                                   kwok, cluster-autoscaler, Kamaji and the
+#                                   Kamaji control-plane provider
 #   hack/testenv.sh all             both, and every upstream source below
 #   hack/testenv.sh sources         the upstream sources alone
 #   hack/testenv.sh BINARY...       only these (names as in .testbed/bin)
@@ -69,7 +70,8 @@ capi_ldflags="-X sigs.k8s.io/cluster-api/version.gitVersion=v1.12.10 -X sigs.k8s
 # else into a wrapper of its own.
 envtest_set=(etcd kube-apiserver kubectl)
 controllers_set=(kube-controller-manager kube-scheduler cluster-api kubeadm-bootstrap kubeadm-control-plane
-  capmox ipam-in-cluster cluster-api-operator kwok cluster-autoscaler)
+  capmox ipam-in-cluster cluster-api-operator kwok cluster-autoscaler kamaji kamaji-provider)
+kamaji_ldflags="-X github.com/clastix/kamaji/internal.GitCommit=e51909fae3f5 -X github.com/clastix/kamaji/internal.GitTag=26.4.2-edge"
 spec() {
   case $1 in
   etcd) echo "hack/testbed/etcd|go.etcd.io/etcd/server/v3|go.etcd.io/etcd/server/v3 v3.6.16||" ;;
@@ -83,6 +85,8 @@ spec() {
   ipam-in-cluster) echo "hack/testbed/ipam|sigs.k8s.io/cluster-api-ipam-provider-in-cluster|sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.0.3||" ;;
   kwok) echo "hack/testbed/kwok|sigs.k8s.io/kwok/cmd/kwok|sigs.k8s.io/kwok v0.8.0|-X sigs.k8s.io/kwok/pkg/consts.Version=v0.8.0|" ;;
   cluster-autoscaler) echo "src:cluster-autoscaler-1.35.0|.|-||clusterapi" ;;
+  kamaji) echo "src:kamaji-e51909f|.|-|$kamaji_ldflags|" ;;
+  kamaji-provider) echo "hack/testbed/kamaji-provider|github.com/clastix/cluster-api-control-plane-provider-kamaji|github.com/clastix/cluster-api-control-plane-provider-kamaji v0.20.0||" ;;
   *) return 1 ;;
   esac
 }
@@ -119,7 +123,7 @@ stamp() {
 # wrapper_sources DIR: the upstream sources a wrapper's go.mod replaces a
 # module with (../../../.testbed/src/NAME), which must be there to build.
 wrapper_sources() {
-  grep -oE '\.testbed/src/[A-Za-z0-9._-]+' "$1/go.mod" | sed 's#.*/##' | sort -u || true
+  grep -E '=>' "$1/go.mod" | grep -oE '\.testbed/src/[A-Za-z0-9._-]+' | sed 's#.*/##' | sort -u || true
 }
 
 # source_dir NAME: the folder of an upstream source (hack/upstream-src.sh,

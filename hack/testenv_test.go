@@ -50,7 +50,7 @@ func TestTestenvOneBuildPerGraphThenWarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	pins := filepath.Join(dir, "sources")
-	if err := os.WriteFile(pins, []byte("cluster-autoscaler-1.35.0 "+u.url()+" - "+commit+" .\n"), 0o644); err != nil {
+	if err := os.WriteFile(pins, []byte("cluster-autoscaler-1.35.0 "+u.url()+" - "+commit+" .\nkamaji-e51909f "+u.url()+" - "+commit+" .\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	bin, log := filepath.Join(dir, "bin"), filepath.Join(dir, "builds")
@@ -94,17 +94,22 @@ func TestTestenvOneBuildPerGraphThenWarm(t *testing.T) {
 		"sigs.k8s.io/cluster-api-operator/cmd",
 		"sigs.k8s.io/cluster-api-ipam-provider-in-cluster",
 		"sigs.k8s.io/kwok/cmd/kwok",
-		".",
+		".", // cluster-autoscaler, in its source
+		".", // Kamaji, in its source
+		"github.com/clastix/cluster-api-control-plane-provider-kamaji",
 		"go.etcd.io/etcd/server/v3",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("go builds:\n  %s\nwant:\n  %s\n%s", strings.Join(got, "\n  "), strings.Join(want, "\n  "), out)
 	}
-	if !strings.Contains(builds[len(builds)-2], filepath.Join(dir, "src", "cluster-autoscaler-1.35.0")+" ") {
-		t.Errorf("the autoscaler was not built in its fetched source: %s", builds[len(builds)-2])
+	if !strings.Contains(builds[len(builds)-4], filepath.Join(dir, "src", "cluster-autoscaler-1.35.0")+" ") {
+		t.Errorf("the autoscaler was not built in its fetched source: %s", builds[len(builds)-4])
+	}
+	if !strings.Contains(builds[len(builds)-3], filepath.Join(dir, "src", "kamaji-e51909f")+" ") {
+		t.Errorf("Kamaji was not built in its fetched source: %s", builds[len(builds)-3])
 	}
 	names := []string{"etcd", "kube-apiserver", "kubectl", "kube-controller-manager", "kube-scheduler", "cluster-api",
-		"kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster", "cluster-api-operator", "kwok", "cluster-autoscaler"}
+		"kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster", "cluster-api-operator", "kwok", "cluster-autoscaler", "kamaji", "kamaji-provider"}
 	for _, n := range names {
 		if _, err := os.Stat(filepath.Join(bin, n)); err != nil {
 			t.Errorf("%s not built: %v", n, err)

@@ -8,6 +8,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -41,6 +42,21 @@ func NewCA(name string) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making CA %s: %w", name, err)
 	}
+	return newCA(name, key, &key.PublicKey)
+}
+
+// NewRSACA makes a self-signed CA with an RSA key, valid for a day: for a
+// reader that takes only PKCS #1 (PKCS1KeyPEM), as Kamaji at e51909f
+// takes a DataStore's CA key (internal/crypto.ParsePrivateKeyBytes).
+func NewRSACA(name string) (*CA, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, fmt.Errorf("making CA %s: %w", name, err)
+	}
+	return newCA(name, key, &key.PublicKey)
+}
+
+func newCA(name string, key crypto.Signer, pub any) (*CA, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          nextSerial(),
@@ -51,7 +67,7 @@ func NewCA(name string) (*CA, error) {
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
 	if err != nil {
 		return nil, fmt.Errorf("making CA %s: %w", name, err)
 	}
@@ -129,6 +145,16 @@ func (ca *CA) KeyPEM() ([]byte, error) {
 		return nil, fmt.Errorf("encoding the CA key: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// PKCS1KeyPEM is the key of a CA made by NewRSACA in PKCS #1 PEM ("RSA
+// PRIVATE KEY").
+func (ca *CA) PKCS1KeyPEM() ([]byte, error) {
+	key, ok := ca.key.(*rsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("the CA key is a %T, not RSA: make the CA with NewRSACA", ca.key)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), nil
 }
 
 // Loopback is the address every test bed server is reached on.

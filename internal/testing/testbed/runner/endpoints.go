@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
 
@@ -37,6 +38,12 @@ func (r *Runner) endpoints(ctx context.Context) {
 		return
 	}
 	procs := r.Procs()
+	var named []string
+	var ports []int
+	defer func() {
+		r.writeHosts(named)
+		r.Reach(ports...)
+	}()
 	for i := range svcs.Items {
 		s := &svcs.Items[i]
 		var p *Proc
@@ -56,7 +63,13 @@ func (r *Runner) endpoints(ctx context.Context) {
 			}
 			continue
 		}
-		want := r.slice(s, p, name)
+		if servesItsPorts(s, p) {
+			named = append(named, s.Name+"."+s.Namespace+".svc")
+			for _, sp := range s.Spec.Ports {
+				ports = append(ports, int(sp.Port))
+			}
+		}
+		want := slice(s, p, name)
 		have, err := r.cs.DiscoveryV1().EndpointSlices(s.Namespace).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -77,19 +90,10 @@ func (r *Runner) endpoints(ctx context.Context) {
 	}
 }
 
-func (r *Runner) slice(s *corev1.Service, p *Proc, name string) *discoveryv1.EndpointSlice {
-	d, err := r.cs.AppsV1().Deployments(s.Namespace).Get(context.Background(), strings.TrimPrefix(p.Deployment, s.Namespace+"/"), metav1.GetOptions{})
-	var c corev1.Container
-	if err == nil {
-		c, _, _ = r.container(d)
-	}
+func slice(s *corev1.Service, p *Proc, name string) *discoveryv1.EndpointSlice {
 	var ports []discoveryv1.EndpointPort
 	for _, sp := range s.Spec.Ports {
-		target := sp.TargetPort
-		if target.IntValue() == 0 && target.StrVal == "" {
-			target.IntVal = sp.Port
-		}
-		local, ok := p.localPort(c, target)
+		local, ok := localPort(p.Pod, targetPort(sp))
 		if !ok {
 			continue
 		}
@@ -110,6 +114,31 @@ func (r *Runner) slice(s *corev1.Service, p *Proc, name string) *discoveryv1.End
 		}},
 		Ports: ports,
 	}
+}
+
+func targetPort(sp corev1.ServicePort) intstr.IntOrString {
+	target := sp.TargetPort
+	if target.IntValue() == 0 && target.StrVal == "" {
+		target = intstr.FromInt32(sp.Port)
+	}
+	return target
+}
+
+// servesItsPorts says whether the process listens on each of the
+// Service's ports as they are, so that a client dialing
+// <service>.<namespace>.svc:<port> on loopback reaches it: a
+// TenantControlPlane's Service and its kube-apiserver, whose port the
+// runner keeps (Image.PodPorts).
+func servesItsPorts(s *corev1.Service, p *Proc) bool {
+	if len(s.Spec.Ports) == 0 {
+		return false
+	}
+	for _, sp := range s.Spec.Ports {
+		if local, ok := localPort(p.Pod, targetPort(sp)); !ok || local != int(sp.Port) {
+			return false
+		}
+	}
+	return true
 }
 
 func sameSlice(a, b *discoveryv1.EndpointSlice) bool {

@@ -24,9 +24,9 @@ type Image struct {
 	// Addrs are the flags holding a listen address (host:port), with
 	// their defaults; Ports the flags holding a bare port.
 	Addrs, Ports map[string]string
-	// CertDir is the flag naming the webhook certificate folder, with its
-	// default; empty when the binary takes controller-runtime's default
-	// (under TMPDIR).
+	// CertDir is the flag naming the webhook certificate folder (or a
+	// file in it), with its default; empty when the binary takes
+	// controller-runtime's default (under TMPDIR).
 	CertDir, CertDirDefault string
 	// CRLeaderElection says the binary's --leader-elect is
 	// controller-runtime's, which finds its namespace only in the pod's
@@ -46,6 +46,31 @@ type Image struct {
 	// FixedPorts are ports the binary binds on every interface with no
 	// flag to move them; the runner takes their machine-wide lock first.
 	FixedPorts []int
+	// BindHosts are the flags holding a listen host alone (0.0.0.0 as the
+	// container has it): the runner sets them to 127.0.0.1.
+	BindHosts []string
+	// PodPorts are the flags holding a bare port that the pod's other
+	// containers dial on loopback, with their defaults: kube-apiserver's
+	// --secure-port in a TenantControlPlane, which the kubeconfigs Kamaji
+	// writes for its kube-controller-manager and kube-scheduler name as
+	// 127.0.0.1:<port>. The runner keeps them (moving them would cut the
+	// pod's containers apart) and takes their machine-wide lock first, so
+	// the test must choose them free (the TenantControlPlane's port).
+	PodPorts map[string]string
+	// Requires are arguments the runner refuses to start the binary
+	// without, saying so in the Deployment's status.
+	Requires []string
+	// OwnNetwork runs the process in a network namespace of its own
+	// (netns.go), where its FixedPorts do not collide with another
+	// binary's: its ports are exposed on free ports of the machine's
+	// loopback, and it reaches the API server, the Services the hosts
+	// file names and the ports given to Runner.Reach on the same ports of
+	// its own loopback.
+	OwnNetwork bool
+	// Hosts gives the process an /etc/hosts of its own naming the
+	// Services it dials by name (names.go): Kamaji reaches each tenant's
+	// API server at https://<tcp>.<namespace>.svc:<port>.
+	Hosts bool
 }
 
 // flags of Cluster API's managers: sigs.k8s.io/cluster-api v1.12.10
@@ -86,6 +111,33 @@ var Images = []Image{
 	// in-cluster config when that is empty.
 	{Name: "cluster-autoscaler", Binary: "cluster-autoscaler", Module: "k8s.io/autoscaler/cluster-autoscaler", Pin: func(p versions.Pins) string { return p.ClusterAutoscaler },
 		Addrs: map[string]string{"address": ":8085"}, InClusterFlag: "cloud-config"},
+	// cmd/manager/cmd.go of github.com/clastix/kamaji at e51909f: its
+	// webhook server is on 9443, hard-coded as CAPMOX's, so it runs in a
+	// network namespace of its own; --webhook-ca-path must name a file that
+	// exists, cert-manager's ca.crt beside the serving certificate by
+	// default; without --disable-telemetry it reports to
+	// telemetry.clastix.io, off the machine.
+	{Name: "kamaji", Binary: "kamaji", Module: "github.com/clastix/kamaji", Pin: func(versions.Pins) string { return upstream.TestbedVersions["github.com/clastix/kamaji"] },
+		Addrs: map[string]string{"metrics-bind-address": ":8080", "health-probe-bind-address": ":8081"}, CRLeaderElection: true,
+		CertDir: "webhook-ca-path", CertDirDefault: crCertDir + "ca.crt", FixedPorts: []int{9443},
+		Requires: []string{"--disable-telemetry"}, Hosts: true, OwnNetwork: true},
+	// main.go of github.com/clastix/cluster-api-control-plane-provider-kamaji
+	// v0.20.0: diagnostics from Cluster API's util/flags; its webhook
+	// server (9443) never starts, as it registers no webhook.
+	{Name: "cluster-api-control-plane-provider-kamaji", Binary: "kamaji-provider", Module: "github.com/clastix/cluster-api-control-plane-provider-kamaji",
+		Pin:   func(p versions.Pins) string { return p.KamajiControlPlane },
+		Addrs: map[string]string{"metrics-bind-address": ":8080", "health-probe-bind-address": ":8081", "diagnostics-address": ":8443"}, CRLeaderElection: true},
+	// A Kamaji TenantControlPlane's pod (internal/builders/controlplane/
+	// deployment.go at e51909f): its kube-apiserver on the port the
+	// TenantControlPlane names, which kube-controller-manager and
+	// kube-scheduler dial on 127.0.0.1; their own secure ports serve only
+	// their probes.
+	{Name: "kube-apiserver", Binary: "kube-apiserver", Module: "k8s.io/kubernetes", Pin: func(p versions.Pins) string { return p.Kubernetes },
+		BindHosts: []string{"bind-address"}, PodPorts: map[string]string{"secure-port": "6443"}},
+	{Name: "kube-controller-manager", Binary: "kube-controller-manager", Module: "k8s.io/kubernetes", Pin: func(p versions.Pins) string { return p.Kubernetes },
+		BindHosts: []string{"bind-address"}, Ports: map[string]string{"secure-port": "10257"}},
+	{Name: "kube-scheduler", Binary: "kube-scheduler", Module: "k8s.io/kubernetes", Pin: func(p versions.Pins) string { return p.Kubernetes },
+		BindHosts: []string{"bind-address"}, Ports: map[string]string{"secure-port": "10259"}},
 }
 
 // Labctl is labctl's own image (the libvirt provider's Deployment runs

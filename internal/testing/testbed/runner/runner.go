@@ -3,10 +3,13 @@
 // For each Deployment whose container image is one of them (Images: the
 // operator, the Cluster API providers, the cluster-autoscaler) it runs the
 // binary hack/testenv.sh built from the same module, with the container's
-// own command, args and env:
+// own command, args and env; a pod of several such containers (a Kamaji
+// TenantControlPlane's kube-apiserver, kube-controller-manager and
+// kube-scheduler) gets a process per container, restarted each on its own:
 //
-//   - the Secrets, ConfigMaps and emptyDirs the container mounts become
-//     files in a folder per process, each mountPath mapped into it; TMPDIR
+//   - the Secrets, ConfigMaps, projected Secrets and ConfigMaps and
+//     emptyDirs the container mounts become files in a folder per
+//     process, each mountPath mapped into it; TMPDIR
 //     points there too, so controller-runtime's default certificate folder
 //     lands in the mapped /tmp;
 //   - KUBECONFIG replaces the in-cluster config;
@@ -32,7 +35,9 @@
 // process gets an EndpointSlice leading to it on loopback (endpoints), so
 // webhook configurations and CRD conversion webhooks reach the process
 // through their Service, as written by their owners, with the caBundle
-// that cert-manager's CA injection (or its stand-in) fills.
+// that cert-manager's CA injection (or its stand-in) fills. A process that
+// dials Services by name (Kamaji: https://<tcp>.<namespace>.svc:<port>)
+// gets an /etc/hosts of its own naming them (names.go).
 //
 // When a Deployment changes, its process is restarted with the new spec;
 // when it goes away (or scales to 0), the process is stopped. A process
@@ -46,9 +51,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -100,6 +108,9 @@ type Runner struct {
 	// portLocks are the machine-wide locks held on ports an image
 	// hard-codes (Image.FixedPorts), by port; released by Stop.
 	portLocks map[int]func()
+	// reach are the machine's loopback ports every network namespace of
+	// a process reaches (Image.OwnNetwork).
+	reach map[int]bool
 	// images are the images run from binaries: Images, and those Run adds.
 	images []Image
 }
@@ -114,11 +125,13 @@ type PodHandler func(ctx context.Context, p *corev1.Pod) (phase corev1.PodPhase,
 // whether the Deployment is ready.
 type Handler func(ctx context.Context, d *appsv1.Deployment) (ready bool, why string)
 
-// Proc is one process the runner started for a Deployment.
+// Proc is one process the runner started for a container of a Deployment.
 type Proc struct {
 	// Deployment is namespace/name.
 	Deployment string
-	Image      Image
+	// Container is the container's name.
+	Container string
+	Image     Image
 	// Log is the file its stdout and stderr go to.
 	Log string
 	// Ports maps the container's ports to the loopback ports the process
@@ -126,9 +139,17 @@ type Proc struct {
 	Ports map[int32]int
 	// Args are the arguments it was started with.
 	Args []string
+	// Pod are the processes of all the pod's containers the runner runs,
+	// this one first, on the Proc that Runner.Proc returns (the pod's
+	// first such container); nil on the others.
+	Pod []*Proc
 
-	spec   string // hash of what it was started from
-	labels map[string]string
+	container corev1.Container
+	// sandbox is its network namespace (Image.OwnNetwork), kept across
+	// restarts.
+	sandbox *sandbox
+	spec    string // hash of what it was started from
+	labels  map[string]string
 	// mu guards cmd, exited and exitErr: a restart replaces them while
 	// tests and the loop ask Running.
 	mu       sync.Mutex
@@ -139,6 +160,16 @@ type Proc struct {
 	restarts time.Time
 	// ready is the last readiness the runner saw (probe passed).
 	ready bool
+}
+
+// Pid is the process's id, 0 before it started.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 // Running reports whether the process is alive.
@@ -243,11 +274,14 @@ func (r *Runner) Stop() {
 	r.mu.Lock()
 	procs := make([]*Proc, 0, len(r.procs))
 	for _, p := range r.procs {
-		procs = append(procs, p)
+		procs = append(procs, p.Pod...)
 	}
 	r.mu.Unlock()
 	for _, p := range procs {
 		r.kill(p)
+		if p.sandbox != nil {
+			p.sandbox.close()
+		}
 	}
 	r.mu.Lock()
 	for _, unlock := range r.portLocks {
@@ -344,12 +378,12 @@ func (r *Runner) pass(ctx context.Context) {
 			reports = append(reports, status{d, ready, why})
 			continue
 		}
-		c, im, ok := r.container(d)
-		if !ok {
+		cs := r.containers(d)
+		if len(cs) == 0 {
 			continue
 		}
 		seen[key] = true
-		ready, why := r.ensure(ctx, d, c, im)
+		ready, why := r.ensure(ctx, d, cs)
 		reports = append(reports, status{d, ready, why})
 	}
 	r.mu.Lock()
@@ -362,8 +396,8 @@ func (r *Runner) pass(ctx context.Context) {
 	}
 	r.mu.Unlock()
 	for _, p := range gone {
-		r.logf("Deployment %s is gone (or scaled to 0): stopping %s", p.Deployment, p.Image.Binary)
-		r.kill(p)
+		r.logf("Deployment %s is gone (or scaled to 0): stopping %s", p.Deployment, p.binaries())
+		r.killPod(p)
 	}
 	r.pods(ctx)
 	// The Services lead to the ready processes before their Deployments
@@ -449,18 +483,34 @@ func (r *Runner) handler(d *appsv1.Deployment) (Handler, bool) {
 	return nil, false
 }
 
-// container picks the Deployment's container running a known image. Other
-// containers (sidecars such as kube-rbac-proxy) are not run.
-func (r *Runner) container(d *appsv1.Deployment) (corev1.Container, Image, bool) {
+// known is a container the runner runs, and its image.
+type known struct {
+	c  corev1.Container
+	im Image
+}
+
+// containers picks the Deployment's containers running a known image.
+// Other containers (sidecars such as kube-rbac-proxy) are not run.
+func (r *Runner) containers(d *appsv1.Deployment) []known {
 	r.mu.Lock()
 	images := r.images
 	r.mu.Unlock()
+	var out []known
 	for _, c := range d.Spec.Template.Spec.Containers {
 		if im, ok := match(c.Image, r.pins, images); ok {
-			return c, im, true
+			out = append(out, known{c, im})
 		}
 	}
-	return corev1.Container{}, Image{}, false
+	return out
+}
+
+// binaries names the pod's binaries, for logs.
+func (p *Proc) binaries() string {
+	names := make([]string, 0, len(p.Pod))
+	for _, q := range p.Pod {
+		names = append(names, q.Image.Binary)
+	}
+	return strings.Join(names, ", ")
 }
 
 func imageName(image string) string {
@@ -474,66 +524,85 @@ func imageName(image string) string {
 	return ref[strings.LastIndex(ref, "/")+1:]
 }
 
-// ensure keeps one process running the Deployment's current spec, and
-// says whether it is ready.
-func (r *Runner) ensure(ctx context.Context, d *appsv1.Deployment, c corev1.Container, im Image) (bool, string) {
+// ensure keeps a process running for each of the pod's known containers,
+// from the Deployment's current spec, and says whether the pod is ready
+// (every process running, every readiness probe passing). A container
+// whose process exits is started again on its own, as kubelet restarts a
+// container.
+func (r *Runner) ensure(ctx context.Context, d *appsv1.Deployment, cs []known) (bool, string) {
 	key := d.Namespace + "/" + d.Name
 	spec := specHash(d)
 	r.mu.Lock()
 	p := r.procs[key]
 	r.mu.Unlock()
 	if p != nil && p.spec != spec {
-		r.logf("Deployment %s changed: restarting %s", key, im.Binary)
-		r.kill(p)
+		r.logf("Deployment %s changed: restarting %s", key, p.binaries())
+		r.killPod(p)
 		r.mu.Lock()
 		delete(r.procs, key)
 		r.mu.Unlock()
 		p = nil
 	}
-	if p != nil && !p.Running() {
-		if time.Since(p.restarts) < backoff(p.starts) {
-			return false, fmt.Sprintf("%s exited (%v); restarting (back-off)", im.Binary, p.exitError())
-		}
-		r.logf("%s of Deployment %s exited (%v): starting it again", im.Binary, key, p.exitError())
-		if err := r.launch(p); err != nil {
-			return false, err.Error()
+	if p != nil {
+		for _, q := range p.Pod {
+			if q.Running() {
+				continue
+			}
+			if time.Since(q.restarts) < backoff(q.starts) {
+				return false, fmt.Sprintf("%s exited (%v); restarting (back-off)", q.Image.Binary, q.exitError())
+			}
+			r.logf("%s of Deployment %s exited (%v): starting it again", q.Image.Binary, key, q.exitError())
+			if err := r.launch(q); err != nil {
+				return false, err.Error()
+			}
 		}
 	}
-	if why := r.lockPorts(im); why != "" {
-		return false, why
+	for _, k := range cs {
+		if k.im.OwnNetwork {
+			continue // its FixedPorts are its network's alone
+		}
+		if why := r.lockPorts(k.im.Binary, k.im.FixedPorts, "hard-codes"); why != "" {
+			return false, why
+		}
 	}
 	if p == nil {
-		np, err := r.prepare(ctx, d, c, im, spec)
+		pod, err := r.preparePod(ctx, d, cs, spec)
 		if err != nil {
 			return false, err.Error()
 		}
-		if err := r.launch(np); err != nil {
-			return false, err.Error()
+		for _, q := range pod {
+			if err := r.launch(q); err != nil {
+				r.killPod(pod[0])
+				return false, err.Error()
+			}
 		}
 		r.mu.Lock()
-		r.procs[key] = np
+		r.procs[key] = pod[0]
 		r.mu.Unlock()
-		p = np
+		p = pod[0]
 	}
-	if !p.Running() {
-		p.ready = false
-		return false, fmt.Sprintf("%s exited: %v", im.Binary, p.exitError())
+	ready, why := true, ""
+	for _, q := range p.Pod {
+		if !q.Running() {
+			ready, why = false, fmt.Sprintf("%s exited: %v", q.Image.Binary, q.exitError())
+			break
+		}
+		if err := probe(q.container.ReadinessProbe, q); err != nil {
+			ready, why = false, q.Container+" readiness probe: "+err.Error()
+			break
+		}
 	}
-	if err := probe(c.ReadinessProbe, c, p); err != nil {
-		p.ready = false
-		return false, "readiness probe: " + err.Error()
-	}
-	p.ready = true
-	return true, ""
+	p.ready = ready
+	return ready, why
 }
 
 // lockPorts takes the machine-wide lock (testbed.TryLockPort) on each
-// port im hard-codes, once per runner; the reason it waits is "" once all
-// are held.
-func (r *Runner) lockPorts(im Image) string {
+// port a binary binds as it is, with no flag moving it, once per runner;
+// the reason it waits is "" once all are held.
+func (r *Runner) lockPorts(binary string, ports []int, how string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, port := range im.FixedPorts {
+	for _, port := range ports {
 		if r.portLocks[port] != nil {
 			continue
 		}
@@ -542,7 +611,7 @@ func (r *Runner) lockPorts(im Image) string {
 			return err.Error()
 		}
 		if !ok {
-			return fmt.Sprintf("waiting for port %d, which %s hard-codes, held by another test", port, im.Binary)
+			return fmt.Sprintf("waiting for port %d, which %s %s, held by another test", port, binary, how)
 		}
 		if r.portLocks == nil {
 			r.portLocks = map[int]func(){}
@@ -567,18 +636,41 @@ func specHash(d *appsv1.Deployment) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// preparePod prepares a process per known container. A lone container's
+// folder and log are the pod's (<namespace>_<name>); with several, each
+// container has a folder of its own inside the pod's and a log
+// <namespace>_<name>_<container>.log. emptyDir volumes are then not shared
+// between the containers (none of the pods run here shares one).
+func (r *Runner) preparePod(ctx context.Context, d *appsv1.Deployment, cs []known, spec string) ([]*Proc, error) {
+	base := d.Namespace + "_" + d.Name
+	podRoot := filepath.Join(r.dir, base)
+	if err := os.RemoveAll(podRoot); err != nil {
+		return nil, err
+	}
+	var pod []*Proc
+	for _, k := range cs {
+		root, log := podRoot, filepath.Join(r.dir, base+".log")
+		if len(cs) > 1 {
+			root, log = filepath.Join(podRoot, k.c.Name), filepath.Join(r.dir, base+"_"+k.c.Name+".log")
+		}
+		p, err := r.prepare(ctx, d, k.c, k.im, spec, root, log)
+		if err != nil {
+			return nil, err
+		}
+		pod = append(pod, p)
+	}
+	pod[0].Pod = pod
+	return pod, nil
+}
+
 // prepare makes the process's folder, files, ports and command line.
-func (r *Runner) prepare(ctx context.Context, d *appsv1.Deployment, c corev1.Container, im Image, spec string) (*Proc, error) {
+func (r *Runner) prepare(ctx context.Context, d *appsv1.Deployment, c corev1.Container, im Image, spec, root, log string) (*Proc, error) {
 	bin := im.Binary
 	if !filepath.IsAbs(bin) {
 		bin = filepath.Join(r.bins, im.Binary)
 	}
 	if fi, err := os.Stat(bin); err != nil || fi.IsDir() {
 		return nil, fmt.Errorf("%s is missing: build it with 'hack/testenv.sh controllers'", bin)
-	}
-	root := filepath.Join(r.dir, d.Namespace+"_"+d.Name)
-	if err := os.RemoveAll(root); err != nil {
-		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(root, "tmp"), 0o700); err != nil {
 		return nil, err
@@ -593,14 +685,113 @@ func (r *Runner) prepare(ctx context.Context, d *appsv1.Deployment, c corev1.Con
 	}
 	args, ports, err := commandLine(c, im, mounts, root, env, r.reservePort)
 	if err != nil {
-		return nil, fmt.Errorf("Deployment %s/%s: %w", d.Namespace, d.Name, err)
+		return nil, fmt.Errorf("Deployment %s/%s container %s: %w", d.Namespace, d.Name, c.Name, err)
+	}
+	if why := missingRequired(args, im); why != "" {
+		return nil, fmt.Errorf("Deployment %s/%s container %s: %s", d.Namespace, d.Name, c.Name, why)
+	}
+	var kept []int
+	for flagName, def := range im.PodPorts {
+		if n, ok := portFlag(args, flagName, def); ok {
+			kept = append(kept, n)
+		}
+	}
+	if why := r.lockPorts(im.Binary, kept, "keeps (the pod's other containers dial it)"); why != "" {
+		return nil, errors.New(why)
 	}
 	p := &Proc{
-		Deployment: d.Namespace + "/" + d.Name, Image: im, Log: filepath.Join(r.dir, d.Namespace+"_"+d.Name+".log"),
-		Ports: ports, Args: args, spec: spec, labels: d.Spec.Template.Labels,
+		Deployment: d.Namespace + "/" + d.Name, Container: c.Name, Image: im, Log: log,
+		Ports: ports, Args: args, container: c, spec: spec, labels: d.Spec.Template.Labels,
 	}
 	p.cmd = &exec.Cmd{Path: bin, Args: append([]string{bin}, args...), Dir: root, Env: env}
+	if im.Hosts {
+		if p.cmd, err = r.withHosts(p.cmd); err != nil {
+			return nil, fmt.Errorf("Deployment %s/%s container %s: %w", d.Namespace, d.Name, c.Name, err)
+		}
+	}
+	if im.OwnNetwork {
+		if err := r.sandboxed(p); err != nil {
+			return nil, fmt.Errorf("Deployment %s/%s container %s: %w", d.Namespace, d.Name, c.Name, err)
+		}
+	}
 	return p, nil
+}
+
+// sandboxed moves p into a network namespace of its own: each of its
+// ports exposed on the machine's loopback (a moved listener on the same
+// port, a fixed one on a free port), the API server and the ports the
+// runner reaches reached from inside.
+func (r *Runner) sandboxed(p *Proc) error {
+	sb, err := newSandbox()
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error { sb.close(); return err }
+	for _, local := range p.Ports {
+		if err := sb.expose(local, local); err != nil {
+			return fail(err)
+		}
+	}
+	for _, port := range p.Image.FixedPorts {
+		local, err := r.reservePort()
+		if err != nil {
+			return fail(err)
+		}
+		if err := sb.expose(local, port); err != nil {
+			return fail(err)
+		}
+		p.Ports[int32(port)] = local
+	}
+	u, err := url.Parse(r.cfg.Host)
+	if err != nil {
+		return fail(fmt.Errorf("the API server's address %s: %w", r.cfg.Host, err))
+	}
+	apiPort, _ := strconv.Atoi(u.Port())
+	r.mu.Lock()
+	ports := []int{apiPort}
+	for port := range r.reach {
+		ports = append(ports, port)
+	}
+	r.mu.Unlock()
+	for _, port := range ports {
+		if err := sb.reach(port); err != nil {
+			return fail(err)
+		}
+	}
+	if p.cmd, err = sb.join(p.cmd); err != nil {
+		return fail(err)
+	}
+	p.sandbox = sb
+	return nil
+}
+
+// Reach makes these ports of the machine's loopback reachable, on the
+// same ports, from the processes in networks of their own
+// (Image.OwnNetwork): a datastore a test runs beside the box. The
+// Services the hosts file names are reached without it.
+func (r *Runner) Reach(ports ...int) {
+	r.mu.Lock()
+	if r.reach == nil {
+		r.reach = map[int]bool{}
+	}
+	for _, port := range ports {
+		r.reach[port] = true
+	}
+	procs := make([]*Proc, 0, len(r.procs))
+	for _, p := range r.procs {
+		procs = append(procs, p.Pod...)
+	}
+	r.mu.Unlock()
+	for _, p := range procs {
+		if p.sandbox == nil {
+			continue
+		}
+		for _, port := range ports {
+			if err := p.sandbox.reach(port); err != nil {
+				r.logf("%s: %v", p, err)
+			}
+		}
+	}
 }
 
 // launch starts (or starts again) the process; its output goes to its log.
@@ -634,6 +825,16 @@ func (r *Runner) launch(p *Proc) error {
 	}()
 	r.logf("Deployment %s: started %s (pid %d, log %s)", p.Deployment, p.Image.Binary, cmd.Process.Pid, p.Log)
 	return nil
+}
+
+// killPod stops every process of p's pod, and their network namespaces.
+func (r *Runner) killPod(p *Proc) {
+	for _, q := range p.Pod {
+		r.kill(q)
+		if q.sandbox != nil {
+			q.sandbox.close()
+		}
+	}
 }
 
 // kill stops a process: SIGTERM, then SIGKILL after 10 s.
@@ -800,8 +1001,7 @@ func expand(s string, vars map[string]string) string {
 type mount struct{ path, local string }
 
 // files writes the volumes the container mounts into root, each at its
-// mountPath under root. A Secret or ConfigMap that does not exist yet is
-// waited for, as kubelet waits, unless the volume is optional.
+// mountPath under root.
 func (r *Runner) files(ctx context.Context, d *appsv1.Deployment, c corev1.Container, root string) ([]mount, error) {
 	vols := map[string]corev1.Volume{}
 	for _, v := range d.Spec.Template.Spec.Volumes {
@@ -815,46 +1015,46 @@ func (r *Runner) files(ctx context.Context, d *appsv1.Deployment, c corev1.Conta
 		}
 		local := filepath.Join(root, filepath.FromSlash(m.MountPath))
 		files := map[string][]byte{}
-		var items []corev1.KeyToPath
 		switch {
 		case v.Secret != nil:
-			s, err := r.cs.CoreV1().Secrets(d.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+			got, err := r.secretFiles(ctx, d.Namespace, v.Secret.SecretName, v.Secret.Optional, v.Secret.Items, v.Name)
 			if err != nil {
-				if apierrors.IsNotFound(err) && v.Secret.Optional != nil && *v.Secret.Optional {
-					break
-				}
-				return nil, fmt.Errorf("waiting for Secret %s/%s (volume %s): %w", d.Namespace, v.Secret.SecretName, v.Name, err)
+				return nil, err
 			}
-			files, items = s.Data, v.Secret.Items
+			files = got
 		case v.ConfigMap != nil:
-			cm, err := r.cs.CoreV1().ConfigMaps(d.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
+			got, err := r.configMapFiles(ctx, d.Namespace, v.ConfigMap.Name, v.ConfigMap.Optional, v.ConfigMap.Items, v.Name)
 			if err != nil {
-				if apierrors.IsNotFound(err) && v.ConfigMap.Optional != nil && *v.ConfigMap.Optional {
-					break
+				return nil, err
+			}
+			files = got
+		case v.Projected != nil:
+			// Each source's files side by side in one folder, as kubelet's
+			// projected volume writes them (a TenantControlPlane's
+			// /etc/kubernetes/pki: seven Secrets).
+			for _, src := range v.Projected.Sources {
+				var got map[string][]byte
+				var err error
+				switch {
+				case src.Secret != nil:
+					got, err = r.secretFiles(ctx, d.Namespace, src.Secret.Name, src.Secret.Optional, src.Secret.Items, v.Name)
+				case src.ConfigMap != nil:
+					got, err = r.configMapFiles(ctx, d.Namespace, src.ConfigMap.Name, src.ConfigMap.Optional, src.ConfigMap.Items, v.Name)
+				default:
+					// Service account tokens and the downward API: the
+					// process uses the kubeconfig instead.
+					r.logf("Deployment %s/%s: a source of projected volume %s is not made (only its Secrets and ConfigMaps are)", d.Namespace, d.Name, v.Name)
 				}
-				return nil, fmt.Errorf("waiting for ConfigMap %s/%s (volume %s): %w", d.Namespace, v.ConfigMap.Name, v.Name, err)
+				if err != nil {
+					return nil, err
+				}
+				maps.Copy(files, got)
 			}
-			for k, s := range cm.Data {
-				files[k] = []byte(s)
-			}
-			for k, b := range cm.BinaryData {
-				files[k] = b
-			}
-			items = v.ConfigMap.Items
 		case v.EmptyDir != nil:
 		default:
 			// Projected service account tokens and the like: the process
 			// uses the kubeconfig instead.
-			r.logf("Deployment %s/%s: volume %s is not made (only Secret, ConfigMap and emptyDir volumes are)", d.Namespace, d.Name, v.Name)
-		}
-		if len(items) > 0 {
-			picked := map[string][]byte{}
-			for _, it := range items {
-				if data, ok := files[it.Key]; ok {
-					picked[it.Path] = data
-				}
-			}
-			files = picked
+			r.logf("Deployment %s/%s: volume %s is not made (only Secret, ConfigMap, projected and emptyDir volumes are)", d.Namespace, d.Name, v.Name)
 		}
 		if m.SubPath != "" {
 			data, ok := files[m.SubPath]
@@ -877,6 +1077,52 @@ func (r *Runner) files(ctx context.Context, d *appsv1.Deployment, c corev1.Conta
 		out = append(out, mount{path: m.MountPath, local: local})
 	}
 	return out, nil
+}
+
+// secretFiles are a Secret's keys as a volume holds them (only items,
+// renamed, when items are given). A Secret that does not exist yet is
+// waited for, as kubelet waits, unless it is optional.
+func (r *Runner) secretFiles(ctx context.Context, ns, name string, optional *bool, items []corev1.KeyToPath, vol string) (map[string][]byte, error) {
+	s, err := r.cs.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) && optional != nil && *optional {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("waiting for Secret %s/%s (volume %s): %w", ns, name, vol, err)
+	}
+	return pick(s.Data, items), nil
+}
+
+// configMapFiles are secretFiles for a ConfigMap, binaryData too.
+func (r *Runner) configMapFiles(ctx context.Context, ns, name string, optional *bool, items []corev1.KeyToPath, vol string) (map[string][]byte, error) {
+	cm, err := r.cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) && optional != nil && *optional {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("waiting for ConfigMap %s/%s (volume %s): %w", ns, name, vol, err)
+	}
+	files := map[string][]byte{}
+	for k, s := range cm.Data {
+		files[k] = []byte(s)
+	}
+	maps.Copy(files, cm.BinaryData)
+	return pick(files, items), nil
+}
+
+// pick keeps the items' keys, at their paths; all keys when there are no
+// items.
+func pick(files map[string][]byte, items []corev1.KeyToPath) map[string][]byte {
+	if len(items) == 0 {
+		return files
+	}
+	picked := map[string][]byte{}
+	for _, it := range items {
+		if data, ok := files[it.Key]; ok {
+			picked[it.Path] = data
+		}
+	}
+	return picked
 }
 
 func writeFile(path string, data []byte) error {
@@ -922,13 +1168,18 @@ func commandLine(c corev1.Container, im Image, mounts []mount, root string, env 
 		ports[int32(p)] = local
 		args = setFlag(args, flagName, idx, "127.0.0.1:"+strconv.Itoa(local))
 	}
-	for flagName, def := range im.Ports {
-		val, idx := flagValue(args, flagName)
-		if idx < 0 {
-			val = def
+	for _, flagName := range im.BindHosts {
+		_, idx := flagValue(args, flagName)
+		args = setFlag(args, flagName, idx, "127.0.0.1")
+	}
+	for flagName, def := range im.PodPorts {
+		if p, ok := portFlag(args, flagName, def); ok {
+			ports[int32(p)] = p
 		}
-		p, err := strconv.Atoi(val)
-		if err != nil || p == 0 {
+	}
+	for flagName, def := range im.Ports {
+		p, ok := portFlag(args, flagName, def)
+		if !ok {
 			continue
 		}
 		local, err := freePort()
@@ -936,6 +1187,7 @@ func commandLine(c corev1.Container, im Image, mounts []mount, root string, env 
 			return nil, nil, err
 		}
 		ports[int32(p)] = local
+		_, idx := flagValue(args, flagName)
 		args = setFlag(args, flagName, idx, strconv.Itoa(local))
 	}
 	if im.CRLeaderElection {
@@ -954,6 +1206,27 @@ func commandLine(c corev1.Container, im Image, mounts []mount, root string, env 
 		}
 	}
 	return args, ports, nil
+}
+
+// missingRequired says which of im.Requires args lack, "" when none.
+func missingRequired(args []string, im Image) string {
+	for _, req := range im.Requires {
+		if _, idx := flagValue(args, strings.TrimPrefix(req, "--")); idx < 0 {
+			return fmt.Sprintf("the runner does not start %s without %s (runner.Image.Requires says why)", im.Binary, req)
+		}
+	}
+	return ""
+}
+
+// portFlag is the port a flag holding a bare port names, or its default;
+// ok is false when it is disabled (0) or not a number.
+func portFlag(args []string, name, def string) (int, bool) {
+	val, idx := flagValue(args, name)
+	if idx < 0 {
+		val = def
+	}
+	p, err := strconv.Atoi(val)
+	return p, err == nil && p > 0
 }
 
 // flagValue finds --name=value or --name value (one dash too, as pflag
@@ -1040,23 +1313,34 @@ func (r *Runner) reservePort() (int, error) {
 	return p, nil
 }
 
-// localPort maps a container port (a number or a port name) to where the
-// process listens.
-func (p *Proc) localPort(c corev1.Container, port intstr.IntOrString) (int, bool) {
+// localPort maps a container port (a number or a port name) of p's
+// container to where the process listens.
+func (p *Proc) localPort(port intstr.IntOrString) (int, bool) {
+	return localPort([]*Proc{p}, port)
+}
+
+// localPort maps a port of the pod (a number, or a port name of one of its
+// containers: they share the pod's network) to where its process listens;
+// a number no process moved is where it is.
+func localPort(pod []*Proc, port intstr.IntOrString) (int, bool) {
 	n := port.IntVal
 	if port.Type == intstr.String {
 		found := false
-		for _, cp := range c.Ports {
-			if cp.Name == port.StrVal {
-				n, found = cp.ContainerPort, true
+		for _, q := range pod {
+			for _, cp := range q.container.Ports {
+				if cp.Name == port.StrVal {
+					n, found = cp.ContainerPort, true
+				}
 			}
 		}
 		if !found {
 			return 0, false
 		}
 	}
-	if l, ok := p.Ports[n]; ok {
-		return l, true
+	for _, q := range pod {
+		if l, ok := q.Ports[n]; ok {
+			return l, true
+		}
 	}
 	return int(n), true
 }
@@ -1067,11 +1351,11 @@ var probeClient = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transp
 }}
 
 // probe runs an HTTP readiness probe against the process, on loopback.
-func probe(pr *corev1.Probe, c corev1.Container, p *Proc) error {
+func probe(pr *corev1.Probe, p *Proc) error {
 	if pr == nil || pr.HTTPGet == nil {
 		return nil
 	}
-	port, ok := p.localPort(c, pr.HTTPGet.Port)
+	port, ok := p.localPort(pr.HTTPGet.Port)
 	if !ok {
 		return fmt.Errorf("port %s is not a container port", pr.HTTPGet.Port.String())
 	}

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -35,6 +36,17 @@ func ReleaseOf(ctx context.Context, root, name string) (*Release, error) {
 	if p.Image == "" {
 		return nil, fmt.Errorf("%s has no release image", name)
 	}
+	md, err := os.ReadFile(filepath.Join(c.Module.Dir, filepath.FromSlash(cmp.Or(p.Metadata, "metadata.yaml"))))
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading its clusterctl metadata: %w", name, err)
+	}
+	if p.ReleaseFile != "" {
+		comps, err := os.ReadFile(filepath.Join(c.Module.Dir, filepath.FromSlash(p.ReleaseFile)))
+		if err != nil {
+			return nil, fmt.Errorf("%s: reading its release components: %w", name, err)
+		}
+		return &Release{Provider: p, Module: c.Module, Components: comps, Metadata: md}, nil
+	}
 	image := p.Image + ":" + c.Module.Version
 	var docs [][]byte
 	for _, o := range c.Objects {
@@ -56,13 +68,6 @@ func ReleaseOf(ctx context.Context, root, name string) (*Release, error) {
 			comps = append(comps, "---\n"...)
 		}
 		comps = append(comps, d...)
-	}
-	// The module root's metadata.yaml (clusterctl's release series), which
-	// the Cluster API modules keep at the module root and the kubeadm
-	// providers share.
-	md, err := os.ReadFile(filepath.Join(c.Module.Dir, "metadata.yaml"))
-	if err != nil {
-		return nil, fmt.Errorf("%s: reading its clusterctl metadata: %w", name, err)
 	}
 	return &Release{Provider: p, Module: c.Module, Components: comps, Metadata: md}, nil
 }

@@ -78,6 +78,12 @@ type Provider struct {
 	// Files is a folder of plain manifests, for a module without a
 	// kustomization of its CRDs.
 	Files string
+	// ReleaseFile is the components file, inside the module, for a
+	// project that commits its release manifest (its release target's
+	// output) instead of building it at release time: it is used as it
+	// is, image and all. Metadata is its clusterctl metadata.yaml, when
+	// not at the module root.
+	ReleaseFile, Metadata string
 	// Image is the manager's image as the project's release publishes it
 	// (registry and name, no tag): the release sets it in place of the
 	// development image config/ names (their Makefiles' release targets).
@@ -102,6 +108,13 @@ var Providers = map[string]Provider{
 		Pin: func(p versions.Pins) string { return p.IPAMInCluster }, Image: "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller", Type: "ipam"},
 	"cluster-api-operator": {Name: "cluster-api-operator", Wrapper: "controllers", Module: "sigs.k8s.io/cluster-api-operator", Kustomization: "config/default",
 		Pin: func(p versions.Pins) string { return p.ClusterAPIOperator }, Image: "registry.k8s.io/capi-operator/cluster-api-operator"},
+	// Its Makefile's release target writes config/control-plane-components.yaml
+	// (kustomize build config/default, the image already the released one),
+	// committed with each tag; the release assets are that file and
+	// config/metadata.yaml.
+	"kamaji-provider": {Name: "kamaji-provider", Wrapper: "kamaji-provider", Module: "github.com/clastix/cluster-api-control-plane-provider-kamaji",
+		ReleaseFile: "config/control-plane-components.yaml", Metadata: "config/metadata.yaml",
+		Pin: func(p versions.Pins) string { return p.KamajiControlPlane }, Image: "docker.io/clastix/cluster-api-control-plane-provider-kamaji", Type: "control-plane"},
 	// k3s's helm-controller is no Cluster API provider and has no wrapper;
 	// its CRDs are generated files, at the version k3s bundles.
 	"helm-controller": {Name: "helm-controller", Module: "github.com/k3s-io/helm-controller", Files: "pkg/crds/yaml/generated",
@@ -114,6 +127,10 @@ func pinCAPI(p versions.Pins) string { return p.ClusterAPI }
 // pins, by module, with the version it runs: the module proxy here does
 // not serve the pin. docs/testing.md says so too.
 var TestbedVersions = map[string]string{
+	// Kamaji at e51909f (issue 27), the tag of that commit: labctl pins no
+	// Kamaji image on this branch yet, so the runner runs the image at this
+	// tag from the binary built from that commit.
+	"github.com/clastix/kamaji": "26.4.2-edge",
 	// The pin v1.12.11 (and v1.12.9, which CAPMOX v0.9.0 replaces Cluster
 	// API with) are not served; v1.12.10 is.
 	"sigs.k8s.io/cluster-api": "v1.12.10",
@@ -183,9 +200,12 @@ func Render(ctx context.Context, root string, p Provider) (*Components, error) {
 		return nil, err
 	}
 	var data []byte
-	if p.Kustomization != "" {
+	switch {
+	case p.ReleaseFile != "":
+		data, err = os.ReadFile(filepath.Join(m.Dir, filepath.FromSlash(p.ReleaseFile)))
+	case p.Kustomization != "":
 		data, err = Kustomize(filepath.Join(m.Dir, filepath.FromSlash(p.Kustomization)))
-	} else {
+	default:
 		data, err = readFiles(filepath.Join(m.Dir, filepath.FromSlash(p.Files)))
 	}
 	if err != nil {

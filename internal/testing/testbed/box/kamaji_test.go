@@ -1,0 +1,389 @@
+package box_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/testing/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed/box"
+	"github.com/labctl/labctl/internal/testing/testbed/runner"
+	"github.com/labctl/labctl/internal/testing/testbed/upstream"
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// The real Kamaji (e51909f, from its own chart), the real Kamaji
+// control-plane provider v0.20.0 and the real Cluster API core v1.12.10,
+// each from what its project releases, run by the runner: a Cluster with
+// a KamajiControlPlane and a ProxmoxCluster (externalManagedControlPlane)
+// becomes a TenantControlPlane whose three containers the runner runs,
+// storing in a TLS etcd of the test bed (a DataStore, its CA key PKCS #1).
+// What is checked is inside the tenant, through the kubeconfig the
+// provider writes: the objects kubeadm's phases leave (Kamaji reports the
+// TenantControlPlane Ready from its Deployment alone, even when they
+// failed). Deleting the Cluster leaves no TenantControlPlane and nothing
+// under the tenant's prefix in the datastore.
+//
+// CAPMOX is not run here (it needs the fake PVE and its setup): the test
+// sets the ProxmoxCluster's status.initialization itself, the one field
+// CAPMOX would (docs/testing.md). Kamaji runs in a network namespace of
+// its own, so its webhook's port 9443 leaves CAPMOX's free.
+func TestKamajiTenantControlPlane(t *testing.T) {
+	box.Require(t, "cluster-api", "kamaji", "kamaji-provider", "kube-controller-manager", "kube-scheduler")
+	box.KamajiSource(t)
+	b := box.Start(t, box.Bare(), box.WithCRDsOf("capmox"))
+	kc := kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig)
+	cl, err := client.New(b.Env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	root, err := testbed.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	installCertManager(ctx, t, b)
+	for _, name := range []string{"cluster-api", "kamaji-provider"} {
+		rel, err := upstream.ReleaseOf(ctx, root, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := rel.Substitute(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := kube.ParseObjects(name+" components", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kc.Apply(ctx, objs, kube.ApplyOptions{}); err != nil {
+			t.Fatalf("applying %s's components: %v", name, err)
+		}
+	}
+	// Kamaji's chart as a lab installs it: no kamaji-etcd (the DataStore
+	// below), no telemetry.
+	chart := box.KamajiChart(t, "kamaji-system", map[string]any{
+		"telemetry": map[string]any{"disabled": true}, "kamaji-etcd": map[string]any{"deploy": false}, "defaultDatastoreName": "",
+	})
+	if _, err := kc.Apply(ctx, chart, kube.ApplyOptions{}); err != nil {
+		t.Fatalf("applying Kamaji's chart: %v", err)
+	}
+	for ns, names := range map[string][]string{"capi-system": {"capi-controller-manager"}, "kamaji-system": {"capi-kamaji-controller-manager", "kamaji"}} {
+		if err := kc.WaitFor(ctx, kube.DeploymentGVK, ns, names, kube.DeploymentAvailable(), 4*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	etcd := b.StartEtcd(t)
+	// Kamaji runs in a network namespace of its own (runner.Image.OwnNetwork).
+	_, etcdPort, _ := strings.Cut(etcd.Endpoint, ":")
+	if n, err := strconv.Atoi(etcdPort); err == nil {
+		b.Runner.Reach(n)
+	}
+	port := freePort(t)
+	const ns, name = "tenants", "t1"
+	objs := parse(t, fmt.Sprintf(kamajiObjects, etcd.Endpoint, ns, name, port,
+		indent(string(etcd.CACert)), indent(string(etcd.CAKey)), indent(string(etcd.Client.Cert)), indent(string(etcd.Client.Key))))
+	start := time.Now()
+	if _, err := kc.Apply(ctx, objs, kube.ApplyOptions{}); err != nil {
+		t.Fatalf("applying the DataStore and the tenant: %v", err)
+	}
+
+	// The provider patches the ProxmoxCluster's endpoint with the
+	// TenantControlPlane's; CAPMOX would then report it provisioned.
+	pc := &unstructured.Unstructured{}
+	pc.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha2", Kind: "ProxmoxCluster"})
+	waitUntil(ctx, t, 5*time.Minute, "the ProxmoxCluster's controlPlaneEndpoint patched by the provider", func() {}, func() (bool, string) {
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pc); err != nil {
+			return false, err.Error()
+		}
+		ep, _, _ := unstructured.NestedMap(pc.Object, "spec", "controlPlaneEndpoint")
+		return ep["host"] == "127.0.0.1" && fmt.Sprint(ep["port"]) == strconv.Itoa(port), fmt.Sprintf("endpoint %v", ep)
+	})
+	base := pc.DeepCopy()
+	_ = unstructured.SetNestedField(pc.Object, true, "status", "initialization", "provisioned")
+	if err := cl.Status().Patch(ctx, pc, client.MergeFrom(base)); err != nil {
+		t.Fatalf("reporting the ProxmoxCluster provisioned (CAPMOX's part): %v", err)
+	}
+
+	// The kubeconfig the provider writes, and the tenant's API through it.
+	var tenant *kubernetes.Clientset
+	waitUntil(ctx, t, 5*time.Minute, "Secret "+name+"-kubeconfig and the tenant's cluster-info", func() {}, func() (bool, string) {
+		s, err := kubernetes.NewForConfigOrDie(b.Env.Config).CoreV1().Secrets(ns).Get(ctx, name+"-kubeconfig", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if s.Type != "cluster.x-k8s.io/secret" || len(s.Data["value"]) == 0 {
+			return false, fmt.Sprintf("Secret type %s, keys %d", s.Type, len(s.Data))
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data["value"])
+		if err != nil {
+			return false, err.Error()
+		}
+		if want := "https://127.0.0.1:" + strconv.Itoa(port); cfg.Host != want {
+			return false, "kubeconfig server " + cfg.Host + ", want " + want
+		}
+		cfg.Timeout = 5 * time.Second
+		tenant = kubernetes.NewForConfigOrDie(cfg)
+		_, err = tenant.CoreV1().ConfigMaps("kube-public").Get(ctx, "cluster-info", metav1.GetOptions{})
+		if err != nil {
+			return false, "tenant: " + err.Error()
+		}
+		return true, ""
+	})
+	t.Logf("tenant %s/%s: created to cluster-info served in %s", ns, name, time.Since(start).Round(time.Second))
+
+	// What kubeadm's phases leave in the tenant (Kamaji's KubeadmPhase
+	// resources at e51909f: upload-config, bootstrap-token).
+	kcfg, err := tenant.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubeadm-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("tenant: kubeadm-config: %v", err)
+	}
+	if cc := kcfg.Data["ClusterConfiguration"]; !strings.Contains(cc, "kubernetesVersion: v1.35.4") {
+		t.Errorf("tenant kubeadm-config ClusterConfiguration lacks kubernetesVersion v1.35.4:\n%s", cc)
+	}
+	for _, crb := range []string{"kubeadm:kubelet-bootstrap", "kubeadm:node-autoapprove-bootstrap", "kubeadm:node-autoapprove-certificate-rotation", "kubeadm:get-nodes"} {
+		if _, err := tenant.RbacV1().ClusterRoleBindings().Get(ctx, crb, metav1.GetOptions{}); err != nil {
+			t.Errorf("tenant: ClusterRoleBinding %s (kubeadm's bootstrap-token phase): %v", crb, err)
+		}
+	}
+	if _, err := tenant.RbacV1().Roles("kube-public").Get(ctx, "kubeadm:bootstrap-signer-clusterinfo", metav1.GetOptions{}); err != nil {
+		t.Errorf("tenant: Role kube-public/kubeadm:bootstrap-signer-clusterinfo: %v", err)
+	}
+	// The admin kubeconfig is the tenant's cluster admin (in one run here
+	// it was Forbidden when the phases had failed).
+	if _, err := tenant.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("tenant: the provider's kubeconfig cannot list Secrets in kube-system: %v", err)
+	}
+
+	// The tenant's control plane: three processes of the runner.
+	tcpProc := b.Runner.Proc(ns, name)
+	if tcpProc == nil || len(tcpProc.Pod) != 3 {
+		t.Fatalf("runner: the TenantControlPlane's Deployment %s/%s runs %v, want kube-apiserver, kube-controller-manager and kube-scheduler", ns, name, tcpProc)
+	}
+	rss := map[string]string{}
+	for _, p := range append([]*runner.Proc{b.Runner.Proc("kamaji-system", "kamaji"), b.Runner.Proc("kamaji-system", "capi-kamaji-controller-manager")}, tcpProc.Pod...) {
+		rss[p.Container+" ("+p.Deployment+")"] = vmRSS(p.Pid())
+	}
+	t.Logf("RSS: %v", rss)
+
+	// Deleting the Cluster deletes the TenantControlPlane and its data.
+	cluster := &unstructured.Unstructured{}
+	cluster.SetGroupVersionKind(schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"})
+	cluster.SetNamespace(ns)
+	cluster.SetName(name)
+	tcp := &unstructured.Unstructured{}
+	tcp.SetGroupVersionKind(schema.GroupVersionKind{Group: "kamaji.clastix.io", Version: "v1alpha1", Kind: "TenantControlPlane"})
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tcp); err != nil {
+		t.Fatal(err)
+	}
+	schemaName, _, _ := unstructured.NestedString(tcp.Object, "status", "storage", "setup", "schema")
+	if schemaName == "" {
+		t.Fatalf("TenantControlPlane status.storage.setup.schema is empty: %v", tcp.Object["status"])
+	}
+	prefix := "/" + schemaName + "/"
+	if n, err := etcd.Count(ctx, prefix); err != nil || n == 0 {
+		t.Fatalf("datastore keys under %s before delete: %d, %v; want the tenant's", prefix, n, err)
+	}
+	// Kamaji deletes the tenant's data in its finalizer while the
+	// tenant's kube-apiserver still runs (the Deployment goes by garbage
+	// collection after), which writes its leases again: measured here, 4
+	// keys left. Scaled to zero first, nothing writes after the clean-up.
+	kcp := &unstructured.Unstructured{}
+	kcp.SetGroupVersionKind(schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Version: "v1alpha2", Kind: "KamajiControlPlane"})
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp); err != nil {
+		t.Fatal(err)
+	}
+	base = kcp.DeepCopy()
+	_ = unstructured.SetNestedField(kcp.Object, int64(0), "spec", "replicas")
+	if err := cl.Patch(ctx, kcp, client.MergeFrom(base)); err != nil {
+		t.Fatalf("scaling the KamajiControlPlane to 0: %v", err)
+	}
+	waitUntil(ctx, t, 3*time.Minute, "the tenant's processes stopped", func() {}, func() (bool, string) {
+		p := b.Runner.Proc(ns, name)
+		return p == nil, fmt.Sprint(p)
+	})
+	if err := cl.Delete(ctx, cluster); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(ctx, t, 3*time.Minute, "the TenantControlPlane gone and no data under "+prefix, func() {}, func() (bool, string) {
+		err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tcp)
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Sprintf("TenantControlPlane: %v", err)
+		}
+		n, err := etcd.Count(ctx, prefix)
+		if err != nil || n != 0 {
+			return false, fmt.Sprintf("%d keys under %s (%v)", n, prefix, err)
+		}
+		return true, ""
+	})
+	if p := b.Runner.Proc(ns, name); p != nil {
+		t.Errorf("runner still runs the deleted tenant's %s", p.Pod)
+	}
+}
+
+// kamajiObjects: the DataStore on the test's etcd (its CA and the root
+// client certificate in a Secret), and one tenant: a Cluster whose
+// KamajiControlPlane is exposed on loopback (serviceAddress 127.0.0.1, the
+// port the test reserved) and whose ProxmoxCluster has its control plane
+// managed elsewhere. Formatted with the etcd endpoint, namespace, name,
+// port and the four PEMs.
+const kamajiObjects = `apiVersion: kamaji.clastix.io/v1alpha1
+kind: DataStore
+metadata:
+  name: labctl
+spec:
+  driver: etcd
+  endpoints: [%[1]s]
+  tlsConfig:
+    certificateAuthority:
+      certificate: {secretReference: {name: datastore-certs, namespace: kamaji-system, keyPath: ca.crt}}
+      privateKey: {secretReference: {name: datastore-certs, namespace: kamaji-system, keyPath: ca.key}}
+    clientCertificate:
+      certificate: {secretReference: {name: datastore-certs, namespace: kamaji-system, keyPath: tls.crt}}
+      privateKey: {secretReference: {name: datastore-certs, namespace: kamaji-system, keyPath: tls.key}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: datastore-certs, namespace: kamaji-system}
+stringData:
+  ca.crt: |
+%[5]s
+  ca.key: |
+%[6]s
+  tls.crt: |
+%[7]s
+  tls.key: |
+%[8]s
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: %[2]s}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha2
+kind: ProxmoxCluster
+metadata: {name: %[3]s, namespace: %[2]s}
+spec:
+  externalManagedControlPlane: true
+  ipv4Config: {addresses: [127.77.1.10-127.77.1.20], prefix: 24, gateway: 127.77.1.1}
+  dnsServers: [127.77.1.1]
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1alpha2
+kind: KamajiControlPlane
+metadata: {name: %[3]s, namespace: %[2]s}
+spec:
+  dataStoreName: labctl
+  version: v1.35.4
+  replicas: 1
+  network:
+    serviceType: ClusterIP
+    serviceAddress: 127.0.0.1
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {name: %[3]s, namespace: %[2]s}
+spec:
+  clusterNetwork:
+    apiServerPort: %[4]d
+  controlPlaneRef: {apiGroup: controlplane.cluster.x-k8s.io, kind: KamajiControlPlane, name: %[3]s}
+  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: ProxmoxCluster, name: %[3]s}
+`
+
+func parse(t *testing.T, doc string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := kube.ParseObjects("test objects", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// indent indents a PEM under a YAML block scalar.
+func indent(s string) string {
+	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
+}
+
+// freePort reserves a loopback port for the test's tenant: the runner
+// keeps it as kube-apiserver's port (runner.Image.PodPorts).
+func freePort(t *testing.T) int {
+	t.Helper()
+	p, release, err := testbed.ReservePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Released now: the runner takes the port's lock itself when it
+	// starts the tenant's kube-apiserver.
+	release()
+	return p
+}
+
+// vmRSS is a process's resident set, as /proc says it.
+func vmRSS(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return err.Error()
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
+}
+
+// Kamaji's real chart, as the box installs it, gives the runner what it
+// runs Kamaji from: the image at the test bed's tag, --disable-telemetry,
+// and a webhook certificate Secret mounted where --webhook-ca-path looks.
+// No API server: this is what TestKamajiTenantControlPlane stands on.
+func TestKamajiChartRunsUnderTheRunner(t *testing.T) {
+	objs := box.KamajiChart(t, "kamaji-system", map[string]any{
+		"telemetry": map[string]any{"disabled": true}, "kamaji-etcd": map[string]any{"deploy": false}, "defaultDatastoreName": "",
+	})
+	var d *unstructured.Unstructured
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+		if o.GetKind() == "Deployment" && o.GetName() == "kamaji" {
+			d = o
+		}
+	}
+	if d == nil || kinds["CustomResourceDefinition"] < 2 || kinds["Certificate"] != 1 || kinds["MutatingWebhookConfiguration"] != 1 {
+		t.Fatalf("Kamaji's chart rendered %v; want its Deployment, CRDs, Certificate and webhooks", kinds)
+	}
+	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	c := cs[0].(map[string]any)
+	im, ok := runner.Match(c["image"].(string), versions.MustGet())
+	if !ok || im.Binary != "kamaji" {
+		t.Fatalf("the runner does not run the chart's image %s", c["image"])
+	}
+	args, _, _ := unstructured.NestedStringSlice(c, "args")
+	if !slices.Contains(args, "--disable-telemetry") {
+		t.Errorf("chart args %q lack --disable-telemetry", args)
+	}
+	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+	found := false
+	for _, m := range mounts {
+		if m.(map[string]any)["mountPath"] == "/tmp/k8s-webhook-server/serving-certs" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the chart mounts no webhook certificate where --webhook-ca-path defaults to: %v", mounts)
+	}
+}

@@ -1,0 +1,174 @@
+package runner
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/labctl/labctl/internal/versions"
+)
+
+// A TenantControlPlane's containers, with the args Kamaji e51909f writes
+// (internal/builders/controlplane/deployment.go): kube-apiserver keeps the
+// port its siblings dial, every listener is on loopback, and the paths
+// under the projected volume are mapped into the process's folder.
+func TestTenantControlPlaneCommandLines(t *testing.T) {
+	pins := versions.MustGet()
+	mounts := []mount{{path: "/etc/kubernetes/pki", local: "/r/etc/kubernetes/pki"}}
+	next := 40000
+	free := func() (int, error) { next++; return next, nil }
+	image := func(name string) Image {
+		im, ok := Match("registry.k8s.io/"+name+":"+pins.Kubernetes, pins)
+		if !ok {
+			t.Fatalf("the runner runs no %s at %s", name, pins.Kubernetes)
+		}
+		return im
+	}
+
+	api := corev1.Container{Name: "kube-apiserver", Command: []string{"kube-apiserver"}, Args: []string{
+		"--secure-port=31234", "--advertise-address=127.0.0.1", "--client-ca-file=/etc/kubernetes/pki/ca.crt",
+		"--etcd-cafile=/etc/kubernetes/pki/etcd/ca.crt"}}
+	args, ports, err := commandLine(api, image("kube-apiserver"), mounts, "/r", nil, free)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--secure-port=31234", "--bind-address=127.0.0.1", "--client-ca-file=/r/etc/kubernetes/pki/ca.crt", "--etcd-cafile=/r/etc/kubernetes/pki/etcd/ca.crt"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("kube-apiserver args %q lack %s", args, want)
+		}
+	}
+	if ports[31234] != 31234 {
+		t.Errorf("kube-apiserver port 31234 maps to %d, want itself (the pod's siblings dial it)", ports[31234])
+	}
+
+	kcm := corev1.Container{Name: "kube-controller-manager", Command: []string{"kube-controller-manager"}, Args: []string{"--bind-address=0.0.0.0", "--leader-elect=true"}}
+	args, ports, err = commandLine(kcm, image("kube-controller-manager"), mounts, "/r", nil, free)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(args, "--bind-address=127.0.0.1") || slices.Contains(args, "--bind-address=0.0.0.0") {
+		t.Errorf("kube-controller-manager args %q: --bind-address not moved to loopback", args)
+	}
+	if local := ports[10257]; local <= 40000 || !slices.Contains(args, "--secure-port="+strconv.Itoa(local)) {
+		t.Errorf("kube-controller-manager's probe port 10257 maps to %d, args %q: want a free port set by --secure-port", local, args)
+	}
+	// Its probe, named by the container's port, reaches the moved port.
+	p := &Proc{Ports: ports, container: kcm}
+	if got, _ := localPort([]*Proc{{Ports: map[int32]int{31234: 31234}}, p}, intstr.FromInt32(10257)); got != ports[10257] {
+		t.Errorf("the pod's port 10257 maps to %d, want %d", got, ports[10257])
+	}
+}
+
+// Kamaji: its listeners on loopback, leader election off, the webhook CA
+// path mapped into the cert-manager Secret's folder, and no start without
+// --disable-telemetry.
+func TestKamajiCommandLine(t *testing.T) {
+	im, ok := Match("clastix/kamaji:26.4.2-edge", versions.MustGet())
+	if !ok {
+		t.Fatal("the runner runs no clastix/kamaji:26.4.2-edge")
+	}
+	mounts := []mount{{path: "/tmp", local: "/r/tmp"}, {path: "/tmp/k8s-webhook-server/serving-certs", local: "/r/tmp/k8s-webhook-server/serving-certs"}}
+	c := corev1.Container{Name: "manager", Args: []string{"manager", "--health-probe-bind-address=:8081", "--leader-elect", "--metrics-bind-address=:8080", "--tmp-directory=/tmp/kamaji", "--disable-telemetry"}}
+	n := 50000
+	args, _, err := commandLine(c, im, mounts, "/r", nil, func() (int, error) { n++; return n, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"manager", "--leader-elect=false", "--tmp-directory=/r/tmp/kamaji", "--webhook-ca-path=/r/tmp/k8s-webhook-server/serving-certs/ca.crt", "--disable-telemetry"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("Kamaji args %q lack %s", args, want)
+		}
+	}
+	for _, a := range args {
+		if strings.Contains(a, "=:") {
+			t.Errorf("Kamaji arg %s listens beyond loopback", a)
+		}
+	}
+	if why := missingRequired(args, im); why != "" {
+		t.Errorf("Kamaji with --disable-telemetry refused: %s", why)
+	}
+	if why := missingRequired(slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--disable-telemetry" }), im); !strings.Contains(why, "--disable-telemetry") {
+		t.Errorf("Kamaji without --disable-telemetry: %q, want it refused naming the flag", why)
+	}
+}
+
+// The hosts file names a Service only where its process listens on the
+// Service's own port; it is rewritten in place (a bind mount holds the
+// inode).
+func TestHostsFile(t *testing.T) {
+	r := &Runner{t: t, dir: t.TempDir()}
+	api := &Proc{Ports: map[int32]int{31234: 31234}}
+	api.Pod = []*Proc{api}
+	webhook := &Proc{Ports: map[int32]int{9440: 41000, 8443: 41001}}
+	webhook.Pod = []*Proc{webhook}
+	tcp := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "t1", Namespace: "tenants"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 31234}}}}
+	moved := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "capi-diag", Namespace: "capi-system"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 8443}}}}
+	if !servesItsPorts(tcp, api) || servesItsPorts(moved, webhook) {
+		t.Fatalf("servesItsPorts: TenantControlPlane %v (want true), moved port %v (want false)", servesItsPorts(tcp, api), servesItsPorts(moved, webhook))
+	}
+	r.writeHosts(nil)
+	before, err := os.Stat(r.hostsFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.writeHosts([]string{"t1.tenants.svc"})
+	data, err := os.ReadFile(r.hostsFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "127.0.0.1 t1.tenants.svc t1.tenants.svc.cluster.local\n") || !strings.Contains(string(data), "127.0.0.1 localhost") {
+		t.Errorf("hosts file:\n%s", data)
+	}
+	after, err := os.Stat(filepath.Join(r.dir, "hosts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) {
+		t.Error("the hosts file was replaced, not rewritten in place: a bind mount of it would keep the old one")
+	}
+}
+
+// A process run withHosts resolves the Services named in the runner's
+// hosts file, and the machine's /etc/hosts is not touched: the file is
+// bind-mounted in a mount namespace of the process's own.
+func TestWithHostsResolvesServices(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a mount namespace of the process's own needs root")
+	}
+	getent, err := exec.LookPath("getent")
+	if err != nil {
+		t.Skip(err)
+	}
+	machine, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{t: t, dir: t.TempDir()}
+	r.writeHosts([]string{"t1.tenants.svc"})
+	cmd, err := r.withHosts(&exec.Cmd{Path: getent, Args: []string{getent, "hosts", "t1.tenants.svc"}, Env: []string{"PATH=" + os.Getenv("PATH")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
+	}
+	if got := strings.Fields(string(out)); len(got) < 2 || got[0] != "127.0.0.1" || got[1] != "t1.tenants.svc" {
+		t.Errorf("getent hosts t1.tenants.svc in the process's namespace = %q, want 127.0.0.1", out)
+	}
+	after, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(machine) || strings.Contains(string(after), "t1.tenants.svc") {
+		t.Error("the machine's /etc/hosts changed")
+	}
+}
