@@ -76,7 +76,7 @@ test: ## run every test; builds the test beds first when they are missing
 	else \
 		echo "not root: the real-VM tests will skip (they need libvirtd)"; \
 	fi; \
-	KUBEBUILDER_ASSETS=$$assets $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	KUBEBUILDER_ASSETS=$$assets $(GO) test -tags provider -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 lint: ## fail on unformatted files, then go vet
 	@unformatted=$$(gofmt -l .); \
@@ -85,6 +85,7 @@ lint: ## fail on unformatted files, then go vet
 	fi; \
 	echo "gofmt: clean"
 	$(GO) vet ./...
+	$(GO) vet -tags provider ./cmd/
 
 generate: ## regenerate the libvirt provider's deepcopy code and CRDs (controller-gen)
 	hack/generate.sh

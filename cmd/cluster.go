@@ -3,7 +3,6 @@ package cmd
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/cmdutil"
 )
 
@@ -18,21 +17,7 @@ scales from zero. Each cluster gets its own namespace and its own
 cluster-autoscaler.`,
 		Example: "  labctl cluster create lab1\n  labctl cluster list",
 	}
-	c.AddCommand(newClusterCreateCmd(f), newClusterScaleCmd(f), newClusterUpgradeCmd(f), newClusterDeleteCmd(f),
-		newClusterListCmd(f), newClusterDescribeCmd(f), newClusterKubeconfigCmd(f))
+	c.AddCommand(newClusterCreateCmd(f, nil), newClusterScaleCmd(f, nil), newClusterUpgradeCmd(f, nil), newClusterDeleteCmd(f, nil),
+		newClusterListCmd(f), newClusterDescribeCmd(f), newClusterKubeconfigCmd(f, nil))
 	return c
-}
-
-// oneCluster is the RunE of a cluster verb that takes one NAME: it builds
-// the shared options through the factory (with inLab the name must be in
-// lab.yaml; dryRun, when not nil, is the verb's --dry-run) and hands them
-// to run.
-func oneCluster(f *cmdutil.Factory, inLab bool, dryRun *bool, run func(cmd *cobra.Command, o cluster.Options) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		o, err := f.ClusterOptions(cmd.Context(), args[0], inLab, dryRun != nil && *dryRun)
-		if err != nil {
-			return err
-		}
-		return run(cmd, o)
-	}
 }

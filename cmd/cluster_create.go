@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"errors"
 
 	"github.com/spf13/cobra"
@@ -9,9 +10,27 @@ import (
 	"github.com/labctl/labctl/internal/cmdutil"
 )
 
-func newClusterCreateCmd(f *cmdutil.Factory) *cobra.Command {
-	var dryRun bool
-	var out string
+// clusterCreateOptions are what 'cluster create' was asked. Output, only
+// with DryRun, prints the objects instead of applying them.
+type clusterCreateOptions struct {
+	clusterArgs
+	Output string
+}
+
+func newClusterCreateCmd(f *cmdutil.Factory, runF runFunc[clusterCreateOptions]) *cobra.Command {
+	var o clusterCreateOptions
+	run := orRun(runF, func(ctx context.Context, o *clusterCreateOptions) error {
+		if o.Output != "" {
+			lab, _, err := f.Lab(ctx)
+			if err != nil {
+				return err
+			}
+			return cluster.PrintObjects(f.IO, lab, o.Name, o.Output)
+		}
+		return withCluster(f, true, func(ctx context.Context, co cluster.Options, _ *clusterCreateOptions) error {
+			return cluster.Create(ctx, co)
+		})(ctx, o)
+	})
 	c := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a workload cluster from lab.yaml and wait until it is usable",
@@ -33,28 +52,20 @@ tenant, the one manifest 'kubectl apply -f' needs to make it.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: labNames(f, clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if out != "" {
-				if err := checkOutput(out, "yaml", "json"); err != nil {
+			o.Name = args[0]
+			if o.Output != "" {
+				if err := checkOutput(o.Output, "yaml", "json"); err != nil {
 					return err
 				}
-				if !dryRun {
+				if !o.DryRun {
 					return usageError{errors.New("-o yaml/json prints the objects; use it with --dry-run")}
 				}
-				lab, _, err := f.Lab(cmd.Context())
-				if err != nil {
-					return err
-				}
-				return cluster.PrintObjects(f.IO, lab, args[0], out)
 			}
-			o, err := f.ClusterOptions(cmd.Context(), args[0], true, dryRun)
-			if err != nil {
-				return err
-			}
-			return cluster.Create(cmd.Context(), o)
+			return run(cmd.Context(), &o)
 		},
 	}
-	addDryRunFlag(c, &dryRun)
-	c.Flags().StringVarP(&out, "output", "o", "", "with --dry-run: print the objects as yaml or json instead of the plan")
+	addDryRunFlag(c, &o.DryRun)
+	c.Flags().StringVarP(&o.Output, "output", "o", "", "with --dry-run: print the objects as yaml or json instead of the plan")
 	completeOutput(c, "yaml", "json")
 	return c
 }

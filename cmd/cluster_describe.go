@@ -40,5 +40,6 @@ tree. It reads only; no secret is printed.`,
 		},
 	}
 	addOutputFlag(c, &out)
+	readsOnly(c)
 	return c
 }

@@ -34,5 +34,6 @@ control plane and worker counts. It reads only.`,
 		},
 	}
 	addOutputFlag(c, &out)
+	readsOnly(c)
 	return c
 }

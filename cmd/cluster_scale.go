@@ -1,16 +1,29 @@
 package cmd
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/cmdutil"
 )
 
-func newClusterScaleCmd(f *cmdutil.Factory) *cobra.Command {
-	var dryRun bool
+// clusterScaleOptions are what 'cluster scale' was asked: the bounds or
+// count given (nil when not), on the cluster and pool named.
+type clusterScaleOptions struct {
+	clusterArgs
+	// Scale's Options are filled in by the run.
+	Scale cluster.ScaleOptions
+}
+
+func newClusterScaleCmd(f *cmdutil.Factory, runF runFunc[clusterScaleOptions]) *cobra.Command {
+	var o clusterScaleOptions
 	var minW, maxW, replicas int
-	var pool string
+	run := orRun(runF, withCluster(f, false, func(ctx context.Context, co cluster.Options, o *clusterScaleOptions) error {
+		o.Scale.Options = co
+		return cluster.Scale(ctx, o.Scale)
+	}))
 	c := &cobra.Command{
 		Use:   "scale NAME",
 		Short: "Change a cluster's worker bounds (the autoscaler picks the count)",
@@ -22,29 +35,26 @@ several pools (clusters[].pools) names one with --pool.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: labNames(f, clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			so := cluster.ScaleOptions{Pool: pool}
+			o.Name = args[0]
 			if cmd.Flags().Changed("min") {
-				so.Min = &minW
+				o.Scale.Min = &minW
 			}
 			if cmd.Flags().Changed("max") {
-				so.Max = &maxW
+				o.Scale.Max = &maxW
 			}
 			if cmd.Flags().Changed("replicas") {
-				so.Replicas = &replicas
+				o.Scale.Replicas = &replicas
 			}
-			if err := so.CheckFlags(); err != nil {
+			if err := o.Scale.CheckFlags(); err != nil {
 				return usageError{err}
 			}
-			return oneCluster(f, false, &dryRun, func(cmd *cobra.Command, o cluster.Options) error {
-				so.Options = o
-				return cluster.Scale(cmd.Context(), so)
-			})(cmd, args)
+			return run(cmd.Context(), &o)
 		},
 	}
 	c.Flags().IntVar(&minW, "min", 0, "autoscaler minimum workers")
 	c.Flags().IntVar(&maxW, "max", 0, "autoscaler maximum workers")
 	c.Flags().IntVar(&replicas, "replicas", 0, "worker count of a pool that is not autoscaled")
-	c.Flags().StringVar(&pool, "pool", "workers", "the worker pool (clusters[].pools[].name)")
-	addDryRunFlag(c, &dryRun)
+	c.Flags().StringVar(&o.Scale.Pool, "pool", "workers", "the worker pool (clusters[].pools[].name)")
+	addDryRunFlag(c, &o.DryRun)
 	return c
 }

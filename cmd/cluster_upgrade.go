@@ -1,8 +1,8 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,12 +11,21 @@ import (
 	"github.com/labctl/labctl/internal/config"
 )
 
-func newClusterUpgradeCmd(f *cmdutil.Factory) *cobra.Command {
-	var (
-		dryRun, yes bool
-		to          string
-		timeout     time.Duration
-	)
+// clusterUpgradeOptions are what 'cluster upgrade' was asked; Upgrade's
+// Options are filled in by the run.
+type clusterUpgradeOptions struct {
+	clusterArgs
+	Upgrade cluster.UpgradeOptions
+}
+
+func newClusterUpgradeCmd(f *cmdutil.Factory, runF runFunc[clusterUpgradeOptions]) *cobra.Command {
+	var o clusterUpgradeOptions
+	run := orRun(runF, withCluster(f, true, func(ctx context.Context, co cluster.Options, o *clusterUpgradeOptions) error {
+		co.Timeout = o.Upgrade.Timeout
+		o.Upgrade.Options, o.Upgrade.Driver = co, f.Driver
+		_, err := cluster.Upgrade(ctx, o.Upgrade)
+		return err
+	}))
 	c := &cobra.Command{
 		Use:   "upgrade NAME",
 		Short: "Move a cluster to another Kubernetes version, planned first",
@@ -59,24 +68,21 @@ the cluster first, and finished ones are skipped.
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: labNames(f, clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if to != "" {
-				if err := config.CheckKubernetesVersion(to); err != nil {
+			o.Name = args[0]
+			if o.Upgrade.To != "" {
+				if err := config.CheckKubernetesVersion(o.Upgrade.To); err != nil {
 					return usageError{fmt.Errorf("--to: %w", err)}
 				}
 			}
-			if timeout <= 0 {
-				return usageError{fmt.Errorf("--timeout %s: must be more than 0, e.g. 30m", timeout)}
+			if o.Upgrade.Timeout <= 0 {
+				return usageError{fmt.Errorf("--timeout %s: must be more than 0, e.g. 30m", o.Upgrade.Timeout)}
 			}
-			return oneCluster(f, true, &dryRun, func(cmd *cobra.Command, o cluster.Options) error {
-				o.Timeout = timeout
-				_, err := cluster.Upgrade(cmd.Context(), cluster.UpgradeOptions{Options: o, To: to, Yes: yes, Driver: f.Driver})
-				return err
-			})(cmd, args)
+			return run(cmd.Context(), &o)
 		},
 	}
-	c.Flags().StringVar(&to, "to", "", "the Kubernetes version to move to, e.g. v1.35.4 (default: the pinned version)")
-	c.Flags().DurationVar(&timeout, "timeout", cluster.DefaultTimeout, "how long each new machine may take to run, and each stage to finish")
-	addDryRunFlag(c, &dryRun)
-	addYesFlag(c, &yes)
+	c.Flags().StringVar(&o.Upgrade.To, "to", "", "the Kubernetes version to move to, e.g. v1.35.4 (default: the pinned version)")
+	c.Flags().DurationVar(&o.Upgrade.Timeout, "timeout", cluster.DefaultTimeout, "how long each new machine may take to run, and each stage to finish")
+	addDryRunFlag(c, &o.DryRun)
+	addYesFlag(c, &o.Upgrade.Yes)
 	return c
 }

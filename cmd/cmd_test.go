@@ -1,13 +1,12 @@
 package cmd
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
-	"regexp"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -38,9 +37,9 @@ type terminal struct {
 // or not as term says. fake, when set, swaps factory functions for fakes.
 func runOn(t *testing.T, term terminal, stdin string, fake func(*cmdutil.Factory), args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	io := &ui.IO{In: strings.NewReader(stdin), Out: &out, Err: &errb,
-		InTTY: term.in, OutTTY: term.out, ErrTTY: term.err, Color: term.color}
+	io, in, out, errb := ui.Test()
+	in.WriteString(stdin)
+	io.InTTY, io.OutTTY, io.ErrTTY, io.Color = term.in, term.out, term.err, term.color
 	f := cmdutil.New(io, &cmdutil.Settings{})
 	if fake != nil {
 		fake(f)
@@ -71,8 +70,19 @@ func TestVersionJSONHasEveryPin(t *testing.T) {
 			t.Errorf("pins.%s missing from version -o json", k)
 		}
 	}
-	if got.Pins["certManager"] != "v1.21.2" || got.Pins["clusterAPIOperator"] != "v0.28.0" {
-		t.Errorf("owner's pins changed: cert-manager %v, operator %v", got.Pins["certManager"], got.Pins["clusterAPIOperator"])
+	// Each is the pin of embedded/versions.yaml, not a copy of it.
+	raw, err := json.Marshal(versions.MustGet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var embedded map[string]any
+	if err := json.Unmarshal(raw, &embedded); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"certManager", "clusterAPIOperator", "k3s", "clusterAPI", "capmox", "cilium"} {
+		if !reflect.DeepEqual(got.Pins[k], embedded[k]) {
+			t.Errorf("pins.%s = %v, want versions.yaml's %v", k, got.Pins[k], embedded[k])
+		}
 	}
 }
 
@@ -93,7 +103,7 @@ func TestVersionText(t *testing.T) {
 }
 
 func TestHelpTeaches(t *testing.T) {
-	root := NewRoot(cmdutil.New(&ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}}, &cmdutil.Settings{}))
+	root := NewRoot(testFactory())
 	for _, c := range allCommands(root) {
 		if c.Short == "" {
 			t.Errorf("%s has no short help", c.CommandPath())
@@ -104,9 +114,6 @@ func TestHelpTeaches(t *testing.T) {
 		code, out, _ := run(t, "", append(strings.Fields(c.CommandPath())[1:], "--help")...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
 			t.Errorf("%s --help: exit %d\n%s", c.CommandPath(), code, out)
-		}
-		if c.Runnable() && c.Flags().Lookup("dry-run") == nil && changes(c.CommandPath()) {
-			t.Errorf("%s changes things but has no --dry-run", c.CommandPath())
 		}
 	}
 	_, out, _ := run(t, "", "--help")
@@ -128,9 +135,37 @@ func allCommands(c *cobra.Command) []*cobra.Command {
 	return all
 }
 
-// changes reports whether a command path modifies anything.
-func changes(path string) bool {
-	return regexp.MustCompile(`mgmt (up|install|down|backup|restore)|image build|cluster (create|scale|delete)|scale-test|config init`).MatchString(path)
+// Every runnable command says whether it changes anything (seam.go), so
+// that a new command cannot leave --dry-run out unnoticed: one that
+// changes things has --dry-run, and one that says neither fails here.
+func TestEveryCommandSaysWhatItChanges(t *testing.T) {
+	changing := map[string]bool{}
+	for _, c := range allCommands(NewRoot(testFactory())) {
+		if c.HasSubCommands() { // a group: it prints its help
+			continue
+		}
+		dryRun := c.Flags().Lookup("dry-run") != nil
+		switch c.Annotations[effectAnnotation] {
+		case effectChanges:
+			changing[c.CommandPath()] = true
+			if !dryRun {
+				t.Errorf("%s changes things but has no --dry-run", c.CommandPath())
+			}
+		case effectReads:
+			if dryRun {
+				t.Errorf("%s only reads, yet has --dry-run", c.CommandPath())
+			}
+		default:
+			t.Errorf("%s does not say whether it changes anything: add --dry-run with addDryRunFlag, or call readsOnly", c.CommandPath())
+		}
+	}
+	// The commands the review found changing things say so.
+	for _, path := range []string{"mgmt up", "mgmt install", "mgmt down", "mgmt backup", "mgmt restore", "image build",
+		"cluster create", "cluster scale", "cluster delete", "scale-test", "config init", "gc"} {
+		if !changing["labctl "+path] {
+			t.Errorf("labctl %s is not marked as changing things", path)
+		}
+	}
 }
 
 func TestUnknownOutputIsUsageError(t *testing.T) {
@@ -234,8 +269,9 @@ func TestConfigViewIntoItsOwnSource(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var errb bytes.Buffer
-		f := cmdutil.New(&ui.IO{In: strings.NewReader(""), Out: out, Err: &errb}, &cmdutil.Settings{})
+		io, _, _, errb := ui.Test()
+		io.Out = out
+		f := cmdutil.New(io, &cmdutil.Settings{})
 		code := Run(context.Background(), f, args)
 		out.Close()
 		data, _ := os.ReadFile("lab.yaml")

@@ -10,7 +10,7 @@ import (
 )
 
 func newConfigValidateCmd(f *cmdutil.Factory) *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:   "validate",
 		Short: "Check lab.yaml and report every problem at once",
 		Long: `Check lab.yaml: strict fields, types, addresses, references and secrets.
@@ -26,4 +26,6 @@ Exits 0 when valid, 1 when not.`,
 			return err
 		},
 	}
+	readsOnly(c)
+	return c
 }

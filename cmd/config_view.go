@@ -32,5 +32,6 @@ as the config, so the emptied ./lab.yaml gives way to the built-in lab.`,
 	}
 	c.Flags().StringVarP(&out, "output", "o", "yaml", "output format: yaml (also text) or json")
 	completeOutput(c, "yaml", "json")
+	readsOnly(c)
 	return c
 }

@@ -68,5 +68,6 @@ Each check is ok, warn or fail. labctl doctor exits 1 when any check fails.`,
 	}
 	addOutputFlag(c, &out)
 	c.Flags().BoolVar(&skipHV, "skip-hypervisors", false, "do not call the Proxmox API or libvirt (config and local checks only)")
+	readsOnly(c)
 	return c
 }

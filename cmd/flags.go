@@ -29,9 +29,11 @@ func checkOutput(format string, allowed ...string) error {
 	return usageError{fmt.Errorf("--output %q: must be one of %s", format, strings.Join(allowed, ", "))}
 }
 
-// addDryRunFlag adds --dry-run to a command that changes something.
+// addDryRunFlag adds --dry-run to a command that changes something, and
+// marks it as one (changesThings).
 func addDryRunFlag(c *cobra.Command, dst *bool) {
 	c.Flags().BoolVar(dst, "dry-run", false, "show what would change, change nothing")
+	changesThings(c)
 }
 
 // addYesFlag adds --yes to a command that asks before it deletes: only

@@ -30,5 +30,6 @@ the storage pool of every libvirt host.`,
 		},
 	}
 	addOutputFlag(c, &out)
+	readsOnly(c)
 	return c
 }

@@ -1,17 +1,24 @@
 package cmd
 
 import (
+	"context"
 	"errors"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/backup"
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/config"
 )
 
-func newMgmtBackupCmd(f *cmdutil.Factory) *cobra.Command {
-	var dryRun bool
+// newMgmtBackupCmd hands its run backup.Options with the command line's
+// fields set; the run adds what it reaches.
+func newMgmtBackupCmd(f *cmdutil.Factory, runF runFunc[backup.Options]) *cobra.Command {
+	var o backup.Options
+	run := orRun(runF, withLab(f, func(ctx context.Context, lab *config.Lab, o *backup.Options) error {
+		o.IO, o.Lab, o.Mgmt = f.IO, lab.Metadata.Name, f.OwnMgmt
+		return backup.Backup(ctx, *o)
+	}))
 	c := &cobra.Command{
 		Use:   "backup FILE | --dry-run",
 		Short: "Back up the management cluster into one encrypted file",
@@ -48,29 +55,31 @@ Restore it with 'labctl mgmt restore FILE' onto a new management cluster.`,
   LABCTL_BACKUP_PASSPHRASE=... labctl mgmt backup /srv/backups/lab.age`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 && !dryRun {
+			if len(args) == 0 && !o.DryRun {
 				return usageError{errors.New("FILE is missing: 'labctl mgmt backup FILE' (or --dry-run to only list what it would hold)")}
 			}
-			file := ""
 			if len(args) == 1 {
-				file = args[0]
+				o.File = args[0]
 			}
-			lab, _, err := f.Lab(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return backup.Backup(cmd.Context(), backup.Options{
-				IO: f.IO, Lab: lab.Metadata.Name, Mgmt: f.OwnMgmt, File: file, DryRun: dryRun,
-			})
+			return run(cmd.Context(), &o)
 		},
 	}
-	addDryRunFlag(c, &dryRun)
+	addDryRunFlag(c, &o.DryRun)
 	return c
 }
 
-func newMgmtRestoreCmd(f *cmdutil.Factory) *cobra.Command {
-	var dryRun bool
-	var timeout time.Duration
+// newMgmtRestoreCmd hands its run backup.RestoreOptions with the command
+// line's fields set; the run adds what it reaches.
+func newMgmtRestoreCmd(f *cmdutil.Factory, runF runFunc[backup.RestoreOptions]) *cobra.Command {
+	var o backup.RestoreOptions
+	run := orRun(runF, func(ctx context.Context, o *backup.RestoreOptions) error {
+		// The lab must load: its name picks the stored kubeconfig.
+		if _, _, err := f.Lab(ctx); err != nil {
+			return err
+		}
+		o.IO, o.Mgmt = f.IO, f.OwnMgmt
+		return backup.Restore(ctx, *o)
+	})
 	c := &cobra.Command{
 		Use:   "restore FILE",
 		Short: "Restore a backup onto a new management cluster",
@@ -105,15 +114,11 @@ $LABCTL_BACKUP_PASSPHRASE.`,
   labctl scale-test lab1                          # the autoscaler works as before`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, _, err := f.Lab(cmd.Context()); err != nil {
-				return err
-			}
-			return backup.Restore(cmd.Context(), backup.RestoreOptions{
-				IO: f.IO, Mgmt: f.OwnMgmt, File: args[0], DryRun: dryRun, AdoptTimeout: timeout,
-			})
+			o.File = args[0]
+			return run(cmd.Context(), &o)
 		},
 	}
-	addDryRunFlag(c, &dryRun)
-	c.Flags().DurationVar(&timeout, "timeout", backup.DefaultAdoptTimeout, "bound on the wait for every Machine to have its Node again")
+	addDryRunFlag(c, &o.DryRun)
+	c.Flags().DurationVar(&o.AdoptTimeout, "timeout", backup.DefaultAdoptTimeout, "bound on the wait for every Machine to have its Node again")
 	return c
 }

@@ -1,18 +1,24 @@
 package cmd
 
 import (
-	"time"
+	"context"
 
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/mgmt"
 )
 
-func newMgmtDownCmd(f *cmdutil.Factory) *cobra.Command {
-	var dryRun, yes, cascade, skipClusterCheck bool
-	var timeout time.Duration
+// newMgmtDownCmd hands its run mgmt.DownOptions with the command line's
+// fields set; the run adds what it reaches.
+func newMgmtDownCmd(f *cmdutil.Factory, runF runFunc[mgmt.DownOptions]) *cobra.Command {
+	var o mgmt.DownOptions
+	run := orRun(runF, withLab(f, func(ctx context.Context, lab *config.Lab, o *mgmt.DownOptions) error {
+		o.IO, o.Lab, o.Driver, o.Mgmt = f.IO, lab, f.Driver, f.OwnMgmt
+		return mgmt.Down(ctx, *o)
+	}))
 	c := &cobra.Command{
 		Use:   "down",
 		Short: "Delete the management VM (only VMs labctl tagged for this lab)",
@@ -34,23 +40,16 @@ VM kept, so 'labctl gc' or a re-run can finish.`,
   labctl mgmt down --cascade --yes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lab, _, err := f.Lab(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return mgmt.Down(cmd.Context(), mgmt.DownOptions{
-				IO: f.IO, Lab: lab, Driver: f.Driver, Mgmt: f.OwnMgmt, DryRun: dryRun, Yes: yes,
-				Cascade: cascade, SkipClusterCheck: skipClusterCheck, Timeout: timeout,
-			})
+			return run(cmd.Context(), &o)
 		},
 	}
-	addDryRunFlag(c, &dryRun)
-	addYesFlag(c, &yes)
-	c.Flags().BoolVar(&cascade, "cascade", false, "delete the workload clusters first (through Cluster API, with their VMs) and wait until their VMs are gone")
+	addDryRunFlag(c, &o.DryRun)
+	addYesFlag(c, &o.Yes)
+	c.Flags().BoolVar(&o.Cascade, "cascade", false, "delete the workload clusters first (through Cluster API, with their VMs) and wait until their VMs are gone")
 	// --delete-clusters was --cascade's first name.
-	c.Flags().BoolVar(&cascade, "delete-clusters", false, "")
+	c.Flags().BoolVar(&o.Cascade, "delete-clusters", false, "")
 	_ = c.Flags().MarkDeprecated("delete-clusters", "use --cascade")
-	c.Flags().BoolVar(&skipClusterCheck, "skip-cluster-check", false, "do not ask the management cluster for workload clusters (when it no longer answers); their VMs are left behind")
-	c.Flags().DurationVar(&timeout, "timeout", cluster.DefaultTimeout, "bound on each wait while the workload clusters and their VMs go")
+	c.Flags().BoolVar(&o.SkipClusterCheck, "skip-cluster-check", false, "do not ask the management cluster for workload clusters (when it no longer answers); their VMs are left behind")
+	c.Flags().DurationVar(&o.Timeout, "timeout", cluster.DefaultTimeout, "bound on each wait while the workload clusters and their VMs go")
 	return c
 }

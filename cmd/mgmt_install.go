@@ -1,22 +1,29 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/mgmt"
 )
 
-func newMgmtInstallCmd(f *cmdutil.Factory) *cobra.Command {
+// newMgmtInstallCmd hands its run mgmt.InstallOptions with the command
+// line's fields set; the run adds what it reaches.
+func newMgmtInstallCmd(f *cmdutil.Factory, runF runFunc[mgmt.InstallOptions]) *cobra.Command {
 	var (
-		dryRun, wait             bool
-		out, offline, emit, mode string
-		timeout                  = mgmt.DefaultTimeout
+		o         mgmt.InstallOptions
+		wait      bool
+		out, mode string
 	)
+	run := orRun(runF, withLab(f, func(ctx context.Context, lab *config.Lab, o *mgmt.InstallOptions) error {
+		o.IO, o.Lab, o.Mgmt, o.Verbose = f.IO, lab, f.Mgmt, f.Settings.Verbose
+		return mgmt.Install(ctx, *o)
+	}))
 	c := &cobra.Command{
 		Use:   "install",
 		Short: "Install cert-manager, Cluster API and the autoscaler parts onto a cluster",
@@ -69,31 +76,24 @@ comes from, never the value.`,
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			if out != "text" && !dryRun {
+			if out != "text" && !o.DryRun {
 				return usageError{fmt.Errorf("-o %s prints the objects of a dry run; add --dry-run", out)}
 			}
-			if err := checkStackFlags(mode, timeout); err != nil {
+			if err := checkStackFlags(mode, o.Timeout); err != nil {
 				return err
 			}
-			lab, _, err := f.Lab(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return mgmt.Install(cmd.Context(), mgmt.InstallOptions{
-				IO: f.IO, Lab: lab, Mgmt: f.Mgmt, Verbose: f.Settings.Verbose,
-				DryRun: dryRun, Output: out, OfflineDir: offline,
-				Charts: mgmt.ChartMode(mode), Timeout: timeout, NoWait: !wait,
-				EmitK3sManifests: emit,
-			})
+			o.Output, o.Charts, o.NoWait = out, mgmt.ChartMode(mode), !wait
+			return run(cmd.Context(), &o)
 		},
 	}
 	fl := c.Flags()
-	fl.BoolVar(&dryRun, "dry-run", false, "show what would change (and with -o yaml|json every object), change nothing")
+	fl.BoolVar(&o.DryRun, "dry-run", false, "show what would change (and with -o yaml|json every object), change nothing")
+	changesThings(c)
 	fl.StringVarP(&out, "output", "o", "text", "with --dry-run: text (the plan) or yaml/json (every object, on stdout)")
-	fl.StringVar(&offline, "offline-dir", "", "air-gapped: take charts and provider components from this folder (also management.stack.offlineDir)")
-	fl.StringVar(&emit, "emit-k3s-manifests", "", "write the HelmChart manifests for k3s's auto-deploy folder to this folder, and do nothing else")
+	fl.StringVar(&o.OfflineDir, "offline-dir", "", "air-gapped: take charts and provider components from this folder (also management.stack.offlineDir)")
+	fl.StringVar(&o.EmitK3sManifests, "emit-k3s-manifests", "", "write the HelmChart manifests for k3s's auto-deploy folder to this folder, and do nothing else")
 	fl.StringVar(&mode, "charts", string(mgmt.Auto), "how charts go in: auto, helm-controller (k3s HelmCharts) or helm-sdk")
-	fl.DurationVar(&timeout, "timeout", mgmt.DefaultTimeout, "how long to wait for each component to be ready")
+	fl.DurationVar(&o.Timeout, "timeout", mgmt.DefaultTimeout, "how long to wait for each component to be ready")
 	fl.BoolVar(&wait, "wait", true, "wait for each component to be ready (--wait=false only waits for the CRDs the next steps need)")
 	completeOutput(c, "text", "json", "yaml")
 	_ = c.RegisterFlagCompletionFunc("charts", cobra.FixedCompletions([]string{"auto", "helm-controller", "helm-sdk"}, cobra.ShellCompDirectiveNoFileComp))
@@ -104,8 +104,8 @@ comes from, never the value.`,
 
 // checkStackFlags checks the flags mgmt install and upgrade share.
 func checkStackFlags(mode string, timeout time.Duration) error {
-	if !slices.Contains(mgmt.ChartModes, mgmt.ChartMode(mode)) {
-		return usageError{fmt.Errorf("--charts %q: must be one of auto, helm-controller, helm-sdk", mode)}
+	if err := mgmt.ChartMode(mode).Check(); err != nil {
+		return usageError{err}
 	}
 	if timeout <= 0 {
 		return usageError{fmt.Errorf("--timeout %s: must be more than 0, e.g. 10m", timeout)}

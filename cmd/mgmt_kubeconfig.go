@@ -1,16 +1,25 @@
 package cmd
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cmdutil"
-	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/mgmt"
 )
 
-func newMgmtKubeconfigCmd(f *cmdutil.Factory) *cobra.Command {
-	var export kube.ExportOptions
-	var ro readOnlyFlags
+func newMgmtKubeconfigCmd(f *cmdutil.Factory, runF runFunc[kubeconfigOptions]) *cobra.Command {
+	var o kubeconfigOptions
+	run := orRun(runF, withLab(f, func(ctx context.Context, lab *config.Lab, o *kubeconfigOptions) error {
+		ro, export := o.ReadOnly, o.Export
+		ko := mgmt.KubeconfigOptions{IO: f.IO, Lab: lab, Path: export.Write, Force: export.Force, Merge: export.Merge}
+		if ro.on() {
+			return mgmt.ReadOnlyKubeconfig(ctx, ko, ro.request(), ro.dryRun)
+		}
+		return mgmt.Kubeconfig(ctx, ko)
+	}))
 	c := &cobra.Command{
 		Use:   "kubeconfig",
 		Short: "Print the management cluster's kubeconfig, write it to a file, or merge it",
@@ -31,21 +40,15 @@ read-only token stops working.`,
   labctl mgmt kubeconfig --merge && kubectl get nodes
   labctl mgmt kubeconfig --read-only --ttl 2h --write ~/.kube/lab-view
   labctl mgmt kubeconfig --revoke`,
-		Args:    cobra.NoArgs,
-		PreRunE: func(cmd *cobra.Command, _ []string) error { return ro.check(cmd) },
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lab, _, err := f.Lab(cmd.Context())
-			if err != nil {
+			if err := o.ReadOnly.check(cmd); err != nil {
 				return err
 			}
-			if ro.on() {
-				return mgmt.ReadOnlyKubeconfig(cmd.Context(), mgmt.KubeconfigOptions{IO: f.IO, Lab: lab, Path: export.Write, Force: export.Force, Merge: export.Merge},
-					ro.request(), ro.dryRun)
-			}
-			return mgmt.Kubeconfig(cmd.Context(), mgmt.KubeconfigOptions{IO: f.IO, Lab: lab, Path: export.Write, Force: export.Force, Merge: export.Merge})
+			return run(cmd.Context(), &o)
 		},
 	}
-	addKubeconfigExportFlags(c, &export)
-	addReadOnlyFlags(c, &ro)
+	addKubeconfigExportFlags(c, &o.Export)
+	addReadOnlyFlags(c, &o.ReadOnly)
 	return c
 }

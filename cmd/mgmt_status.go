@@ -42,5 +42,6 @@ Exits 0 when every component is ready, 1 when one is not.`,
 		},
 	}
 	addOutputFlag(c, &out)
+	readsOnly(c)
 	return c
 }

@@ -1,18 +1,27 @@
 package cmd
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/mgmt"
 )
 
-func newMgmtUpgradeCmd(f *cmdutil.Factory) *cobra.Command {
+// newMgmtUpgradeCmd hands its run mgmt.UpgradeOptions with the command
+// line's fields set; the run adds what it reaches.
+func newMgmtUpgradeCmd(f *cmdutil.Factory, runF runFunc[mgmt.UpgradeOptions]) *cobra.Command {
 	var (
-		dryRun, yes   bool
-		offline, mode string
-		timeout       = mgmt.DefaultTimeout
+		o    mgmt.UpgradeOptions
+		mode string
 	)
+	run := orRun(runF, withLab(f, func(ctx context.Context, lab *config.Lab, o *mgmt.UpgradeOptions) error {
+		o.IO, o.Lab, o.Mgmt, o.Verbose = f.IO, lab, f.Mgmt, f.Settings.Verbose
+		_, err := mgmt.Upgrade(ctx, *o)
+		return err
+	}))
 	c := &cobra.Command{
 		Use:   "upgrade",
 		Short: "Move the management cluster to the versions this labctl pins, planned first",
@@ -57,27 +66,20 @@ that is this command's job.`,
   labctl mgmt upgrade --yes --timeout 20m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkStackFlags(mode, timeout); err != nil {
+			if err := checkStackFlags(mode, o.Timeout); err != nil {
 				return err
 			}
-			lab, _, err := f.Lab(cmd.Context())
-			if err != nil {
-				return err
-			}
-			_, err = mgmt.Upgrade(cmd.Context(), mgmt.UpgradeOptions{
-				IO: f.IO, Lab: lab, Mgmt: f.Mgmt, Verbose: f.Settings.Verbose,
-				DryRun: dryRun, Yes: yes, OfflineDir: offline,
-				Charts: mgmt.ChartMode(mode), Timeout: timeout,
-			})
-			return err
+			o.Charts = mgmt.ChartMode(mode)
+			return run(cmd.Context(), &o)
 		},
 	}
 	fl := c.Flags()
-	fl.BoolVar(&dryRun, "dry-run", false, "print the plan, change nothing")
-	addYesFlag(c, &yes)
-	fl.StringVar(&offline, "offline-dir", "", "air-gapped: take charts and provider components from this folder (also management.stack.offlineDir)")
+	fl.BoolVar(&o.DryRun, "dry-run", false, "print the plan, change nothing")
+	changesThings(c)
+	addYesFlag(c, &o.Yes)
+	fl.StringVar(&o.OfflineDir, "offline-dir", "", "air-gapped: take charts and provider components from this folder (also management.stack.offlineDir)")
 	fl.StringVar(&mode, "charts", string(mgmt.Auto), "how charts go in: auto, helm-controller (k3s HelmCharts) or helm-sdk")
-	fl.DurationVar(&timeout, "timeout", mgmt.DefaultTimeout, "how long to wait for each component to be ready")
+	fl.DurationVar(&o.Timeout, "timeout", mgmt.DefaultTimeout, "how long to wait for each component to be ready")
 	_ = c.RegisterFlagCompletionFunc("charts", cobra.FixedCompletions([]string{"auto", "helm-controller", "helm-sdk"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = c.MarkFlagDirname("offline-dir")
 	return c

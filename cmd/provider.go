@@ -1,3 +1,5 @@
+//go:build provider
+
 package cmd
 
 import (
@@ -6,6 +8,16 @@ import (
 	"github.com/labctl/labctl/internal/cmdutil"
 	"github.com/labctl/labctl/internal/provider/libvirt/controller"
 )
+
+// providerCmds are the commands of the image's build (-tags provider):
+// 'provider', the Cluster API providers labctl itself is. They are left
+// out of the CLI's build because the provider links controller-runtime's
+// manager and Cluster API's util, whose package init (Prometheus
+// collectors among them) every CLI command would pay at start
+// (docs/libvirt-provider.md, "Running it").
+func providerCmds(f *cmdutil.Factory) []*cobra.Command {
+	return []*cobra.Command{newProviderCmd(f)}
+}
 
 // newProviderCmd groups the Cluster API providers labctl itself is. It is
 // hidden: the provider's Deployment runs it, people do not.

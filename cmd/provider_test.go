@@ -1,3 +1,5 @@
+//go:build provider
+
 package cmd
 
 import (

@@ -27,6 +27,7 @@ func addReadOnlyFlags(c *cobra.Command, r *readOnlyFlags) {
 	c.Flags().DurationVar(&r.ttl, "ttl", access.DefaultTTL, "with --read-only: how long the token lasts (at least 10m, the API server's minimum)")
 	c.Flags().BoolVar(&r.revoke, "revoke", false, "delete the read-only ServiceAccount and its binding: every read-only token handed out stops working at once")
 	c.Flags().BoolVar(&r.dryRun, "dry-run", false, "with --read-only or --revoke: show what would change, change nothing")
+	changesThings(c)
 }
 
 // check refuses flags that mean nothing without --read-only or --revoke.

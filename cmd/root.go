@@ -58,8 +58,12 @@ func Main() int {
 // Run executes one labctl invocation over f; tests hand in a Factory
 // with their own streams, and fakes where they need them.
 func Run(ctx context.Context, f *cmdutil.Factory, args []string) int {
-	io := f.IO
-	root := NewRoot(f)
+	return execute(ctx, f.IO, NewRoot(f), args)
+}
+
+// execute runs root with args and turns what it returns into the exit
+// code, saying why on io.Err.
+func execute(ctx context.Context, io *ui.IO, root *cobra.Command, args []string) int {
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
@@ -158,7 +162,7 @@ arguments), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).`,
 		&cobra.Group{ID: "lab", Title: "Lab commands:"},
 		&cobra.Group{ID: "setup", Title: "Setup and inspection:"},
 	)
-	for _, c := range []*cobra.Command{newMgmtCmd(f), newImageCmd(f), newClusterCmd(f), newScaleTestCmd(f)} {
+	for _, c := range []*cobra.Command{newMgmtCmd(f), newImageCmd(f), newClusterCmd(f), newScaleTestCmd(f, nil), newStatusCmd(f), newGCCmd(f)} {
 		c.GroupID = "lab"
 		root.AddCommand(c)
 	}
@@ -166,7 +170,7 @@ arguments), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).`,
 		c.GroupID = "setup"
 		root.AddCommand(c)
 	}
-	root.AddCommand(newProviderCmd(f))
+	root.AddCommand(providerCmds(f)...)
 	root.SetHelpCommand(newHelpCmd())
 	root.SetHelpCommandGroupID("setup")
 	root.SetCompletionCommandGroupID("setup")
@@ -286,8 +290,10 @@ func completionExamples(root *cobra.Command) {
 			continue
 		}
 		c.Example = "  labctl completion bash > ~/.local/share/bash-completion/completions/labctl"
+		readsOnly(c)
 		for _, sh := range c.Commands() {
 			sh.Example = "  labctl completion " + sh.Name() + " --help"
+			readsOnly(sh)
 		}
 	}
 }

@@ -1,18 +1,25 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/scaletest"
 )
 
-func newScaleTestCmd(f *cmdutil.Factory) *cobra.Command {
-	var dryRun bool
-	var out, scenario, chart string
+// newScaleTestCmd hands its run scaletest.CommandOptions with the command
+// line's fields set; the run adds what it reaches.
+func newScaleTestCmd(f *cmdutil.Factory, runF runFunc[scaletest.CommandOptions]) *cobra.Command {
+	var o scaletest.CommandOptions
+	run := orRun(runF, withLab(f, func(ctx context.Context, lab *config.Lab, o *scaletest.CommandOptions) error {
+		o.IO, o.Lab, o.Mgmt, o.Workload = f.IO, lab, f.Mgmt, f.Workload
+		return scaletest.Command(ctx, *o)
+	}))
 	c := &cobra.Command{
 		Use:   "scale-test CLUSTER",
 		Short: "Prove and time scale-up 1→3, scale-down to 0 and scale-from-zero",
@@ -34,31 +41,25 @@ timeline stopped. The workload is always removed, also on Ctrl-C.
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: labNames(f, clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
+			o.Cluster = args[0]
+			if err := checkOutput(o.Output); err != nil {
 				return err
 			}
-			if !slices.Contains(scaletest.Scenarios, scenario) {
-				return usageError{fmt.Errorf("--scenario %q: must be one of up, down, from-zero, all", scenario)}
+			if !slices.Contains(scaletest.Scenarios, o.Scenario) {
+				return usageError{fmt.Errorf("--scenario %q: must be one of up, down, from-zero, all", o.Scenario)}
 			}
-			if chart != "" {
-				if err := scaletest.CheckChart(chart); err != nil {
+			if o.Chart != "" {
+				if err := scaletest.CheckChart(o.Chart); err != nil {
 					return usageError{err}
 				}
 			}
-			lab, _, err := f.Lab(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return scaletest.Command(cmd.Context(), scaletest.CommandOptions{
-				IO: f.IO, Lab: lab, Cluster: args[0], Scenario: scenario, Chart: chart, Output: out,
-				DryRun: dryRun, Mgmt: f.Mgmt, Workload: f.Workload,
-			})
+			return run(cmd.Context(), &o)
 		},
 	}
-	c.Flags().StringVar(&scenario, "scenario", "all", "which phase to run: up, down, from-zero or all")
+	c.Flags().StringVar(&o.Scenario, "scenario", "all", "which phase to run: up, down, from-zero or all")
 	_ = c.RegisterFlagCompletionFunc("scenario", cobra.FixedCompletions(scaletest.Scenarios, cobra.ShellCompDirectiveNoFileComp))
-	c.Flags().StringVar(&chart, "chart", "", "write a chart of Nodes, pending pods and MachineDeployment replicas to this .svg or .png file")
-	addDryRunFlag(c, &dryRun)
-	addOutputFlag(c, &out)
+	c.Flags().StringVar(&o.Chart, "chart", "", "write a chart of Nodes, pending pods and MachineDeployment replicas to this .svg or .png file")
+	addDryRunFlag(c, &o.DryRun)
+	addOutputFlag(c, &o.Output)
 	return c
 }

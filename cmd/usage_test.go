@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,8 +13,8 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/ui"
-	"go.yaml.in/yaml/v3"
 )
 
 // Every mistake in how labctl is called exits 2, names the mistake and
@@ -77,7 +76,7 @@ func TestClusterScaleRefusesFlagsFirst(t *testing.T) {
 		want string
 	}{
 		{nil, "give --min and --max (an autoscaled pool) or --replicas (a fixed pool)"},
-		{[]string{"--min", "3", "--max", "1"}, "--min 3 is more than --max 1"},
+		{[]string{"--min", "3", "--max", "1"}, "--max 1: must be >= --min (3), got 1"},
 		{[]string{"--replicas", "2", "--max", "3"}, "--replicas sets a fixed pool's count and --min/--max an autoscaled pool's bounds; pass one kind"},
 		{[]string{"--replicas", "-1"}, "--replicas -1: must be 0 or more"},
 		{[]string{"--min", "-1"}, "--min -1: must be 0 or more"},
@@ -95,7 +94,7 @@ func TestClusterScaleRefusesFlagsFirst(t *testing.T) {
 // upgrades (an upgrade replaces machines and restarts components).
 func TestYesOnlyWhereAsked(t *testing.T) {
 	root := NewRoot(testFactory())
-	asking := map[string]bool{"labctl cluster delete": true, "labctl mgmt down": true, "labctl mgmt upgrade": true, "labctl cluster upgrade": true}
+	asking := map[string]bool{"labctl cluster delete": true, "labctl mgmt down": true, "labctl mgmt upgrade": true, "labctl cluster upgrade": true, "labctl gc": true}
 	for _, c := range allCommands(root) {
 		asks := asking[c.CommandPath()]
 		if has := c.Flags().Lookup("yes") != nil; has != asks {
@@ -166,29 +165,21 @@ func proxmoxLab(t *testing.T) (*pvetest.Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	pve := doc["hypervisors"].([]any)[0].(map[string]any)["proxmox"].(map[string]any)
-	pve["url"] = srv.URL
-	pve["tls"] = map[string]any{"fingerprint": proxmox.Fingerprint(srv.Certificate())}
-	out, err := yaml.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := testbed.EditLab(t, raw, srv.URL, srv.Secret, func(_, pve map[string]any) {
+		pve["tls"] = map[string]any{"fingerprint": proxmox.Fingerprint(srv.Certificate())}
+	})
 	p := filepath.Join(t.TempDir(), "lab.yaml")
 	if err := os.WriteFile(p, out, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("PVE_TOKEN_SECRET", srv.Secret)
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	return srv, p
 }
 
 // testFactory is a factory over buffers, for building the command tree.
 func testFactory() *cmdutil.Factory {
-	return cmdutil.New(&ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}}, &cmdutil.Settings{})
+	io, _, _, _ := ui.Test()
+	return cmdutil.New(io, &cmdutil.Settings{})
 }
 
 // -v and -vvv pass the Proxmox driver's request trace through to stderr,

@@ -26,5 +26,6 @@ Kubernetes and the Ubuntu cloud image. labctl never installs "latest".`,
 		},
 	}
 	addOutputFlag(c, &out)
+	readsOnly(c)
 	return c
 }

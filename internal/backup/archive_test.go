@@ -202,8 +202,10 @@ func TestFormatOfAnotherVersion(t *testing.T) {
 
 func TestPassphrase(t *testing.T) {
 	tty := func(in string) (*ui.IO, *bytes.Buffer) {
-		var errb bytes.Buffer
-		return &ui.IO{In: strings.NewReader(in), Out: &bytes.Buffer{}, Err: &errb, InTTY: true, ErrTTY: true}, &errb
+		io, stdin, _, errb := ui.Test()
+		stdin.WriteString(in)
+		io.InTTY, io.ErrTTY = true, true
+		return io, errb
 	}
 	t.Run("from the environment", func(t *testing.T) {
 		t.Setenv(EnvPassphrase, "from env")
@@ -250,7 +252,8 @@ func TestPassphrase(t *testing.T) {
 		}
 	})
 	t.Run("no terminal", func(t *testing.T) {
-		io := &ui.IO{In: strings.NewReader("typed\n"), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}}
+		io, stdin, _, _ := ui.Test()
+		stdin.WriteString("typed\n")
 		_, err := Passphrase(io, "lab.age", false)
 		if err == nil || !strings.Contains(err.Error(), "set "+EnvPassphrase) {
 			t.Fatalf("error %v, want one naming %s", err, EnvPassphrase)

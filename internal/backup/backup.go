@@ -19,6 +19,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/labctl/labctl/internal/clusterapi"
@@ -229,6 +230,10 @@ func collect(ctx context.Context, o Options, src *kube.Client, m *mover, cluster
 			}
 			a.Files[clusterctlTo+"/"+ns+"/"+e.Name()] = data
 		}
+		if err := sawClusters(a, ns, clustersIn(clusters, ns)); err != nil {
+			status.Fail("clusterctl saved no Cluster")
+			return nil, err
+		}
 		status.OK(fmt.Sprintf("%d object(s); the Clusters run again", len(entries)))
 	}
 	for _, p := range o.Parts {
@@ -245,6 +250,26 @@ func collect(ctx context.Context, o Options, src *kube.Client, m *mover, cluster
 		status.OK(fmt.Sprintf("%d file(s)", len(files)))
 	}
 	return a, nil
+}
+
+// sawClusters checks that clusterctl saved each Cluster of namespace ns.
+// clusterctl finds the kinds to save by the label the operator puts on
+// every provider CRD it installs; on CRDs installed another way it finds
+// no kind, saves nothing and reports no error, and the backup would
+// restore no cluster. (sigs.k8s.io/cluster-api v1.14.2
+// cmd/clusterctl/client/cluster/objectgraph.go getCRDList.)
+func sawClusters(a *Archive, ns string, clusters []ClusterRef) error {
+	var missing []string
+	for _, c := range clusters {
+		if _, ok := a.Files[clusterctlTo+"/"+ns+"/"+clusterapi.ClusterGVK.Kind+"_"+c.Namespace+"_"+c.Name+".yaml"]; !ok {
+			missing = append(missing, c.String())
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("clusterctl saved no Cluster %s from namespace %s: its move finds the kinds to save by the label %s on their CRDs, which cluster-api-operator puts on every provider it installs, and the CRDs here lack it (were the providers installed some other way than 'labctl mgmt install'?). The backup would restore nothing of those clusters; nothing was written. Check with 'kubectl get crd -l %s'",
+		strings.Join(missing, ", "), ns, clusterctlv1.ClusterctlLabel, clusterctlv1.ClusterctlLabel)
 }
 
 // saveNamespace has clusterctl save namespace ns into dir and then makes

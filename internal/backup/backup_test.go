@@ -22,12 +22,12 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versions"
 )
 
 const (
@@ -58,12 +58,9 @@ func mgmtEnv(t *testing.T) (*testbed.Env, client.Client, *kube.Client) {
 	return env, c, kc
 }
 
-// labelAsTheOperator puts on every provider CRD the label the operator's
-// component processing puts on every object it installs (clusterctl
-// repository/components.go addCommonLabels, which the operator's
-// phase_fetch.go runs through repository.NewComponents): clusterctl's move
-// discovers the kinds to move by it. The test bed renders the CRDs from
-// the modules' config/, which lack it.
+// labelAsTheOperator labels every provider CRD as the operator does
+// (testbed.LabelAsTheOperator): clusterctl's move discovers the kinds to
+// move by it.
 func labelAsTheOperator(t *testing.T, c client.Client) {
 	t.Helper()
 	var crds apiextensionsv1.CustomResourceDefinitionList
@@ -72,13 +69,7 @@ func labelAsTheOperator(t *testing.T, c client.Client) {
 	}
 	for i := range crds.Items {
 		d := &crds.Items[i]
-		if d.Spec.Group == "operator.cluster.x-k8s.io" {
-			continue // the operator's own chart, not a provider
-		}
-		if d.Labels == nil {
-			d.Labels = map[string]string{}
-		}
-		d.Labels["clusterctl.cluster.x-k8s.io"] = ""
+		testbed.LabelAsTheOperator(d)
 		if err := c.Update(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}
@@ -164,25 +155,12 @@ func startSource(t *testing.T) *source {
 		t.Fatal(err)
 	}
 	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{ownerKey}
-	r, err := cluster.Render(lab, "lab1")
+	// The hosts' credentials as create reads them from their files.
+	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", Credentials: hostFiles{}, Pins: versions.MustGet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs := append([]*unstructured.Unstructured{}, r.Objects[0]) // the namespace first
-	for _, s := range r.Credentials {
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sec := &unstructured.Unstructured{Object: u}
-		data := map[string]string{"ssh-privatekey": base64.StdEncoding.EncodeToString([]byte(sshKey))}
-		if s.Type == "kubernetes.io/tls" {
-			data = map[string]string{"tls.crt": base64.StdEncoding.EncodeToString([]byte("client certificate")), "tls.key": base64.StdEncoding.EncodeToString([]byte(sshKey))}
-		}
-		_ = unstructured.SetNestedStringMap(sec.Object, data, "data")
-		objs = append(objs, sec)
-	}
-	objs = append(append(objs, r.Objects[1:]...), r.Autoscaler...)
+	objs := append(append([]*unstructured.Unstructured{}, r.Objects...), r.Autoscaler...)
 	if _, err := kc.Apply(ctx, objs, kube.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -203,11 +181,11 @@ func startSource(t *testing.T) *source {
 	// (Cluster controller), of the MachineDeployments and the templates
 	// they and the control plane use (MachineDeployment and KCP
 	// controllers); a pool's own LibvirtCluster stays unowned, as labctl's
-	// provider leaves it.
+	// provider leaves it, and so do the hosts' credentials Secrets.
 	cl := get(t, c, "cluster.x-k8s.io/v1beta2", "Cluster", "lab1", "lab1")
 	for _, o := range r.Objects {
 		switch {
-		case o.GetKind() == "Namespace", o.GetKind() == "Cluster", o.GetKind() == "LibvirtCluster" && o.GetName() != "lab1":
+		case o.GetKind() == "Namespace", o.GetKind() == "Cluster", o.GetKind() == "Secret", o.GetKind() == "LibvirtCluster" && o.GetName() != "lab1":
 			continue
 		}
 		live := get(t, c, o.GetAPIVersion(), o.GetKind(), o.GetNamespace(), o.GetName())
@@ -299,8 +277,8 @@ func startSource(t *testing.T) *source {
 }
 
 func testIO() (*ui.IO, *bytes.Buffer, *bytes.Buffer) {
-	var out, errb bytes.Buffer
-	return &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, &out, &errb
+	io, _, out, errb := ui.Test()
+	return io, out, errb
 }
 
 func fixed(p string) func() (string, error) { return func() (string, error) { return p, nil } }
@@ -626,5 +604,37 @@ func backupRefusesAPausedCluster(ctx context.Context, t *testing.T, src *source)
 	cl = get(t, src.c, "cluster.x-k8s.io/v1beta2", "Cluster", "lab1", "lab1")
 	if p, _, _ := unstructured.NestedBool(cl.Object, "spec", "paused"); !p {
 		t.Error("the backup unpaused a Cluster it had not paused")
+	}
+}
+
+// hostFiles stands in for the files lab-mixed.yaml names: the owner's
+// key, kvm1's ssh key and kvm2's TLS client certificate.
+type hostFiles struct{}
+
+func (hostFiles) SSHKeys() ([]string, error) { return []string{ownerKey}, nil }
+
+func (hostFiles) Host(h *config.Hypervisor) (map[string][]byte, error) {
+	if strings.HasPrefix(h.Libvirt.URI, "qemu+tls") {
+		return map[string][]byte{"tls.crt": []byte("client certificate"), "tls.key": []byte(sshKey)}, nil
+	}
+	return map[string][]byte{"ssh-privatekey": []byte(sshKey)}, nil
+}
+
+// On a management cluster whose provider CRDs lack the operator's label
+// (providers installed some other way: the box before its CRDs were
+// labelled), clusterctl's move found no kind to save, reported no error,
+// and the backup held no object of lab1 (found in the box: the restore
+// then made 0 objects and waited for no Machine). The backup now checks
+// that clusterctl saved each Cluster, and names the label.
+func TestBackupChecksClusterctlSavedEachCluster(t *testing.T) {
+	lab1 := []ClusterRef{{Namespace: "lab1", Name: "lab1"}}
+	a := &Archive{Files: map[string][]byte{clusterctlTo + "/lab1/ProxmoxMachine_lab1_lab1-x.yaml": []byte("{}")}}
+	err := sawClusters(a, "lab1", lab1)
+	if err == nil || !strings.Contains(err.Error(), "clusterctl saved no Cluster lab1/lab1") || !strings.Contains(err.Error(), "kubectl get crd -l "+testbed.ClusterctlLabel) {
+		t.Fatalf("no Cluster file saved: %v, want an error naming lab1 and the label", err)
+	}
+	a.Files[clusterctlTo+"/lab1/Cluster_lab1_lab1.yaml"] = []byte("{}")
+	if err := sawClusters(a, "lab1", lab1); err != nil {
+		t.Fatalf("with clusterctl's Cluster_lab1_lab1.yaml: %v", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
-	clusterctl "sigs.k8s.io/cluster-api/cmd/clusterctl/client"
+	clusterctl "sigs.k8s.io/cluster-api/cmd/clusterctl/client/cluster"
 	clusterctlconfig "sigs.k8s.io/cluster-api/cmd/clusterctl/client/config"
 	clusterctllog "sigs.k8s.io/cluster-api/cmd/clusterctl/log"
 
@@ -20,8 +20,14 @@ import (
 // (clusterctl.cluster.x-k8s.io, which the operator's component processing
 // puts on every provider CRD, and /move-hierarchy, which in-cluster IPAM's
 // pools carry), and recreates them in owner order with the new UIDs.
+//
+// It uses clusterctl's cluster client (client/cluster), where the object
+// mover lives, not the top-level client (client): that one also links
+// alpha, tree, convert and their schemes, whose package-level vars every
+// labctl command would build at start-up (make bench measures it), and
+// its Move only adds the two checks connect makes here.
 type mover struct {
-	c clusterctl.Client
+	cfg clusterctlconfig.Client
 }
 
 func newMover(ctx context.Context) (*mover, error) {
@@ -31,11 +37,26 @@ func newMover(ctx context.Context) (*mover, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up clusterctl: %w", err)
 	}
-	c, err := clusterctl.New(ctx, "", clusterctl.InjectConfig(cfg))
+	return &mover{cfg: cfg}, nil
+}
+
+// connect is clusterctl's client for the cluster kc reaches, checked as
+// clusterctl's Move checks it (client/move.go getClusterClient): the
+// cluster speaks the current Cluster API contract, and clusterctl's own
+// inventory CRD is in place.
+func (m *mover) connect(ctx context.Context, kc *kube.Client) (clusterctl.Client, error) {
+	k, err := kubeconfigOf(kc)
 	if err != nil {
-		return nil, fmt.Errorf("setting up clusterctl: %w", err)
+		return nil, err
 	}
-	return &mover{c: c}, nil
+	c := clusterctl.New(k, m.cfg)
+	if err := c.ProviderInventory().CheckCAPIContract(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.ProviderInventory().EnsureCustomResourceDefinitions(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // kubeconfigOf is how clusterctl reaches the cluster kc reaches: the same
@@ -51,33 +72,29 @@ func kubeconfigOf(kc *kube.Client) (clusterctl.Kubeconfig, error) {
 // pauses the namespace's Clusters while it reads them and unpauses them
 // after; the caller makes sure they are unpaused when it fails half way.
 func (m *mover) toDirectory(ctx context.Context, src *kube.Client, namespace, dir string, progress func(string)) error {
-	kc, err := kubeconfigOf(src)
+	defer useLog(progress, nil)()
+	from, err := m.connect(ctx, src)
 	if err != nil {
 		return err
 	}
-	defer useLog(progress, nil)()
-	return m.c.Move(ctx, clusterctl.MoveOptions{FromKubeconfig: kc, Namespace: namespace, ToDirectory: dir})
+	return from.ObjectMover().ToDirectory(ctx, namespace, dir)
 }
 
 // fromDirectory creates the objects saved in dir on dst, owners first, and
 // unpauses the Clusters among them. An object that already exists is left
 // as it is (clusterctl's restoreTargetObject), so a second run resumes.
 func (m *mover) fromDirectory(ctx context.Context, dst *kube.Client, dir string, progress func(string)) error {
-	kc, err := kubeconfigOf(dst)
+	defer useLog(progress, nil)()
+	to, err := m.connect(ctx, dst)
 	if err != nil {
 		return err
 	}
-	defer useLog(progress, nil)()
-	return m.c.Move(ctx, clusterctl.MoveOptions{ToKubeconfig: kc, FromDirectory: dir})
+	return to.ObjectMover().FromDirectory(ctx, to, dir)
 }
 
 // plan lists the objects a move of namespace would take, as
 // `clusterctl move --dry-run` finds them: nothing is paused or written.
 func (m *mover) plan(ctx context.Context, src *kube.Client, namespace string) ([]string, error) {
-	kc, err := kubeconfigOf(src)
-	if err != nil {
-		return nil, err
-	}
 	var objs []string
 	restore := useLog(nil, func(msg string, kv []any) {
 		// mover.go createTargetObject: V(1).Info("Creating", kind, name,
@@ -87,7 +104,11 @@ func (m *mover) plan(ctx context.Context, src *kube.Client, namespace string) ([
 		}
 	})
 	defer restore()
-	err = m.c.Move(ctx, clusterctl.MoveOptions{FromKubeconfig: kc, Namespace: namespace, DryRun: true})
+	from, err := m.connect(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	err = from.ObjectMover().Move(ctx, namespace, nil, true)
 	return objs, err
 }
 

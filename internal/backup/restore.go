@@ -265,8 +265,9 @@ func machinesOf(a *Archive) (map[string][]string, error) {
 	return out, nil
 }
 
-// waitAdopted waits until each of the backup's Machines has its Node
-// again (status.nodeRef): its provider found the VM, Cluster API the Node.
+// waitAdopted waits until each of the backup's Machines runs again with
+// its Node (phase Running, status.nodeRef): its provider found the VM,
+// Cluster API the Node.
 func waitAdopted(ctx context.Context, dst *kube.Client, a *Archive, timeout time.Duration) error {
 	byNS, err := machinesOf(a)
 	if err != nil {
@@ -281,7 +282,7 @@ func waitAdopted(ctx context.Context, dst *kube.Client, a *Archive, timeout time
 	for _, ns := range nss {
 		want := byNS[ns]
 		sort.Strings(want)
-		err := dst.Until(ctx, kube.Watch{GVK: clusterapi.MachineGVK, Namespace: ns}, fmt.Sprintf("the %d Machine(s) of namespace %s", len(want), ns), "adopted (status.nodeRef set)",
+		err := dst.Until(ctx, kube.Watch{GVK: clusterapi.MachineGVK, Namespace: ns}, fmt.Sprintf("the %d Machine(s) of namespace %s", len(want), ns), "adopted (Running, with status.nodeRef)",
 			time.Until(deadline), func(objs map[string]*unstructured.Unstructured) (bool, string) {
 				var waiting []string
 				for _, n := range want {
@@ -290,8 +291,13 @@ func waitAdopted(ctx context.Context, dst *kube.Client, a *Archive, timeout time
 						waiting = append(waiting, n+" (missing)")
 						continue
 					}
-					if node, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name"); node == "" {
-						phase, _, _ := unstructured.NestedString(m.Object, "status", "phase")
+					// Running: Cluster API found the Node and the provider
+					// reports the VM provisioned again; a Node alone
+					// comes back from the workload cluster whatever the
+					// provider does.
+					node, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name")
+					phase, _, _ := unstructured.NestedString(m.Object, "status", "phase")
+					if node == "" || phase != "Running" {
 						waiting = append(waiting, fmt.Sprintf("%s (%s)", n, orDash(phase)))
 					}
 				}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,9 +17,9 @@ import (
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/credentials"
 	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/sshkey"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
@@ -33,10 +32,13 @@ const DefaultTimeout = 30 * time.Minute
 
 // Options are what every cluster command shares.
 type Options struct {
-	IO      *ui.IO
-	Lab     *config.Lab
-	Name    string
-	Mgmt    *kube.Client
+	IO   *ui.IO
+	Lab  *config.Lab
+	Name string
+	Mgmt *kube.Client
+	// API, when set, stands in for Mgmt in the use cases that only read
+	// and patch objects (List, Scale): tests hand in a kubefake.Client.
+	API     kube.API
 	DryRun  bool
 	Verbose int
 	// Timeout bounds each wait; 0 means DefaultTimeout.
@@ -44,6 +46,14 @@ type Options struct {
 	// KubeconfigDir is where the workload kubeconfig is written; empty
 	// means the lab's state folder.
 	KubeconfigDir string
+}
+
+// api is the client List and Scale call: API, else Mgmt.
+func (o *Options) api() kube.API {
+	if o.API != nil {
+		return o.API
+	}
+	return o.Mgmt
 }
 
 func (o *Options) timeout() time.Duration {
@@ -78,25 +88,32 @@ func withProgress(ctx context.Context) context.Context {
 	return kube.WithProgress(ctx, func(s string) { step.Progress(ctx, "%s", s) })
 }
 
-// until waits on one named object (or, with name "", all of a kind in ns
-// matching selector).
-func until(ctx context.Context, mgmt *kube.Client, gvk schema.GroupVersionKind, ns, name, selector, what, condition string, timeout time.Duration,
-	done func(map[string]*unstructured.Unstructured) (bool, string)) error {
-	w := kube.Watch{GVK: gvk, Namespace: ns, Name: name, LabelSelector: selector}
-	return mgmt.Until(withProgress(ctx), w, what, condition, timeout, done)
+// wait is one wait of a step: the objects Watch names (one by name, or
+// all of a kind matching a selector), what they are and the condition
+// awaited, for the step's line and a timeout's error, and Done, which
+// says whether the condition holds and, if not, where things stand.
+type wait struct {
+	kube.Watch
+	What, Condition string
+	Timeout         time.Duration
+	Done            func(map[string]*unstructured.Unstructured) (bool, string)
 }
 
-// Render renders the named cluster of the lab.
+// until runs the wait against the management cluster, reporting on the
+// step's line.
+func (w wait) until(ctx context.Context, mgmt *kube.Client) error {
+	return mgmt.Until(withProgress(ctx), w.Watch, w.What, w.Condition, w.Timeout, w.Done)
+}
+
+// Render renders the named cluster of the lab, reading the credentials
+// it names from this machine's files: a missing key stops create (and its
+// dry run) before anything is written.
 func Render(lab *config.Lab, name string) (*clusterapi.Rendered, error) {
-	keys, err := sshkey.Authorized(lab.Management.SSHPublicKeys, lab.Management.SSHPublicKeyFile)
-	if err != nil {
-		return nil, err
-	}
 	pins, err := versions.Get()
 	if err != nil {
 		return nil, err
 	}
-	return clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: name, SSHKeys: keys, Pins: pins})
+	return clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: name, Credentials: credentials.Files{Lab: lab}, Pins: pins})
 }
 
 // KubeconfigPath is where create writes a workload cluster's kubeconfig.
@@ -150,14 +167,6 @@ func newCreateRun(o Options) (*createRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The hosts' credentials go right after the Namespace, before the
-	// LibvirtClusters that name them; read now, so a missing key stops
-	// create (and its dry run) before anything is written.
-	creds, err := credentials(o.Lab, r.Credentials)
-	if err != nil {
-		return nil, fmt.Errorf("cluster %s: %w", o.Name, err)
-	}
-	r.Objects = slices.Concat(r.Objects[:1], creds, r.Objects[1:])
 	cl, err := o.Lab.Cluster(o.Name)
 	if err != nil {
 		return nil, err
@@ -211,27 +220,29 @@ func (c *createRun) steps() []step.Step {
 		{
 			Name: "wait for infrastructure provisioned",
 			Apply: func(ctx context.Context) error {
-				return until(ctx, m, clusterapi.ClusterGVK, ns, name, "", "Cluster "+ns+"/"+name, "infrastructure provisioned", o.timeout(), clusterFlag("infrastructureProvisioned"))
+				return wait{Watch: kube.Watch{GVK: clusterapi.ClusterGVK, Namespace: ns, Name: name}, What: "Cluster " + ns + "/" + name,
+					Condition: "infrastructure provisioned", Timeout: o.timeout(), Done: clusterFlag("infrastructureProvisioned")}.until(ctx, m)
 			},
 		},
 		{
 			Name: "wait for control plane initialized",
 			Apply: func(ctx context.Context) error {
-				return until(ctx, m, clusterapi.ClusterGVK, ns, name, "", "Cluster "+ns+"/"+name, "control plane initialized", o.timeout(), clusterFlag("controlPlaneInitialized"))
+				return wait{Watch: kube.Watch{GVK: clusterapi.ClusterGVK, Namespace: ns, Name: name}, What: "Cluster " + ns + "/" + name,
+					Condition: "control plane initialized", Timeout: o.timeout(), Done: clusterFlag("controlPlaneInitialized")}.until(ctx, m)
 			},
 		},
 		{
 			Name: "wait for kubeconfig secret " + secret,
 			Apply: func(ctx context.Context) error {
-				return until(ctx, m, secretGVK, ns, secret, "", "Secret "+ns+"/"+secret, "present", o.timeout(),
-					func(objs map[string]*unstructured.Unstructured) (bool, string) {
+				return wait{Watch: kube.Watch{GVK: secretGVK, Namespace: ns, Name: secret}, What: "Secret " + ns + "/" + secret,
+					Condition: "present", Timeout: o.timeout(), Done: func(objs map[string]*unstructured.Unstructured) (bool, string) {
 						s := objs[secret]
 						if s == nil {
 							return false, "not created yet"
 						}
 						v, _, _ := unstructured.NestedString(s.Object, "data", "value")
 						return v != "", "present but has no value key"
-					})
+					}}.until(ctx, m)
 			},
 		},
 		{
@@ -250,7 +261,7 @@ func (c *createRun) steps() []step.Step {
 				return []string{"write " + c.path + " (mode 0600)"}, nil
 			},
 			Apply: func(ctx context.Context) error {
-				kc, err := c.mustKubeconfig(ctx)
+				kc, err := c.requireKubeconfig(ctx)
 				if err != nil {
 					return err
 				}
@@ -274,7 +285,7 @@ func (c *createRun) steps() []step.Step {
 				return []string{p}, nil
 			},
 			Apply: func(ctx context.Context) error {
-				kc, err := c.mustKubeconfig(ctx)
+				kc, err := c.requireKubeconfig(ctx)
 				if err != nil {
 					return err
 				}
@@ -292,10 +303,10 @@ func (c *createRun) steps() []step.Step {
 	return steps
 }
 
-// mustKubeconfig is the workload kubeconfig for a step that changes
+// requireKubeconfig is the workload kubeconfig for a step that changes
 // things: by then the wait for its secret is over, so a missing one is an
 // error that says where to look.
-func (c *createRun) mustKubeconfig(ctx context.Context) ([]byte, error) {
+func (c *createRun) requireKubeconfig(ctx context.Context) ([]byte, error) {
 	kc, found, err := c.workloadKubeconfig(ctx)
 	if err == nil && !found {
 		_, err = readKubeconfig(ctx, c.o.Mgmt, c.r.Namespace, c.r.Name)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -273,8 +274,8 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 	t.Run("worker memory change rolls to a new template", func(t *testing.T) {
 		old := get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers")
 		oldName, _, _ := unstructured.NestedString(old.Object, "spec", "template", "spec", "infrastructureRef", "name")
-		lab.Clusters[0].Workers.Size.Memory = "4Gi"
-		defer func() { lab.Clusters[0].Workers.Size.Memory = "2Gi" }()
+		lab.Clusters[0].Pools[0].Size.Memory = "4Gi"
+		defer func() { lab.Clusters[0].Pools[0].Size.Memory = "2Gi" }()
 		if err := cluster.Create(ctx, opts); err != nil {
 			t.Fatalf("create with 4Gi workers: %v", err)
 		}
@@ -307,13 +308,47 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("scale refuses", func(t *testing.T) {
+		md := func() *unstructured.Unstructured {
+			return get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers")
+		}
+		before := md().GetResourceVersion()
+		for _, tc := range []struct {
+			what string
+			o    cluster.ScaleOptions
+			want string
+		}{
+			{"no numbers", cluster.ScaleOptions{Options: opts}, "give --min and --max (an autoscaled pool) or --replicas (a fixed pool)"},
+			{"bounds and a count", cluster.ScaleOptions{Options: opts, Min: ptr.To(1), Replicas: ptr.To(2)}, "pass one kind"},
+			{"min above the pool's max", cluster.ScaleOptions{Options: opts, Min: ptr.To(8)}, "--max 7: must be >= --min (8), got 7"},
+			{"max below the pool's min", cluster.ScaleOptions{Options: opts, Max: ptr.To(0)}, "--max 0: must be at least 1 so the autoscaler can add a worker"},
+			{"no such pool", cluster.ScaleOptions{Options: opts, Min: ptr.To(1), Max: ptr.To(2), Pool: "gpu"}, "cluster lab1 has no MachineDeployment lab1/lab1-gpu for pool gpu"},
+		} {
+			err := cluster.Scale(ctx, tc.o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("scale with %s: %v, want an error saying %q", tc.what, err, tc.want)
+			}
+		}
+		if after := md().GetResourceVersion(); after != before {
+			t.Errorf("a refused scale wrote the MachineDeployment (resourceVersion %s → %s)", before, after)
+		}
+	})
+
 	t.Run("list and kubeconfig", func(t *testing.T) {
+		// The bounds list shows are the MachineDeployment's, whichever
+		// subtests ran before this one (scale sets 1-7, create 0-5).
+		a := get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers").GetAnnotations()
+		wantMax, err := strconv.Atoi(a[clusterapi.AnnotationMaxSize])
+		if err != nil {
+			t.Fatalf("the MachineDeployment has no max-size annotation: %v", a)
+		}
 		list, err := cluster.List(ctx, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list) != 1 || list[0].Name != "lab1" || list[0].Phase != "Provisioned" || list[0].ControlPlane != "initialized" || *list[0].MaxWorkers != 7 {
-			t.Errorf("list = %+v", list)
+		if len(list) != 1 || list[0].Name != "lab1" || list[0].Phase != "Provisioned" || list[0].ControlPlane != "initialized" ||
+			list[0].MaxWorkers == nil || *list[0].MaxWorkers != wantMax {
+			t.Errorf("list = %+v, want lab1 Provisioned, initialized, max %d", list, wantMax)
 		}
 		kc, err := cluster.Kubeconfig(ctx, opts)
 		if err != nil || !bytes.Equal(kc, wkc) {
@@ -322,6 +357,10 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 	})
 
 	t.Run("describe", func(t *testing.T) {
+		// The bounds are the MachineDeployment's, whichever subtests ran
+		// before this one (scale sets 1-7, create 0-5).
+		ann := get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers").GetAnnotations()
+		bounds := ann[clusterapi.AnnotationMinSize] + "-" + ann[clusterapi.AnnotationMaxSize]
 		// Stand-in CAPI and deployment controller status: one control-plane
 		// machine with its node, one worker running, one provisioning.
 		cl := get(t, mc, "cluster.x-k8s.io/v1beta2", "Cluster", "lab1", "lab1")
@@ -416,7 +455,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 			t.Fatalf("workers = %+v", workers)
 		}
 		mdn := workers.Children[0]
-		if mdn.Kind != "MachineDeployment" || mdn.Name != "lab1-workers" || mdn.Details != "1/2 ready, desired 3, autoscaled 1-7" {
+		if mdn.Kind != "MachineDeployment" || mdn.Name != "lab1-workers" || mdn.Details != "1/2 ready, desired 3, autoscaled "+bounds {
 			t.Errorf("machine deployment = %+v", mdn)
 		}
 		var got []string
@@ -450,7 +489,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 			{"├─ControlPlane - KubeadmControlPlane/" + kcpName, "True", "Available", "60m", "1/1 ready, 1 up to date, v1.35.4", ""},
 			{"│ └─Machine/lab1-control-plane-abcde", "True", "Ready", "60m", "Running, node lab1-control-plane-abcde, v1.35.4", ""},
 			{"├─Workers", "", "", "", "", ""},
-			{"│ └─MachineDeployment/lab1-workers", "", "", "", "1/2 ready, desired 3, autoscaled 1-7", ""},
+			{"│ └─MachineDeployment/lab1-workers", "", "", "", "1/2 ready, desired 3, autoscaled " + bounds, ""},
 			{"│   ├─Machine/lab1-workers-x1", "True", "Ready", "60m", "Running, node lab1-workers-x1, v1.35.4", ""},
 			{"│   └─Machine/lab1-workers-x2", "False", "NotReady", "60m", "Provisioning, no node yet, v1.35.4", "* InfrastructureReady: ProxmoxMachine is cloning the template"},
 			{"│     │", "", "", "", "", "* NodeHealthy: Waiting for a Node"},
@@ -462,7 +501,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		}
 		js, _ := json.Marshal(d)
 		for _, want := range []string{`"tree":{"kind":"Cluster","name":"lab1","ready":"False","condition":"Available","reason":"NotAvailable"`,
-			`{"kind":"Workers","name":"","children":[{"kind":"MachineDeployment","name":"lab1-workers","details":"1/2 ready, desired 3, autoscaled 1-7"`} {
+			`{"kind":"Workers","name":"","children":[{"kind":"MachineDeployment","name":"lab1-workers","details":"1/2 ready, desired 3, autoscaled ` + bounds + `"`} {
 			if !strings.Contains(string(js), want) {
 				t.Errorf("describe json lacks %s:\n%s", want, js)
 			}
@@ -476,10 +515,10 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		before := rvs(t, mc, objs)
 		dry := opts
 		dry.DryRun = true
-		lab.Clusters[0].Workers.Size.Memory = "8Gi"
+		lab.Clusters[0].Pools[0].Size.Memory = "8Gi"
 		errb.Reset()
 		err := cluster.Create(ctx, dry)
-		lab.Clusters[0].Workers.Size.Memory = "2Gi"
+		lab.Clusters[0].Pools[0].Size.Memory = "2Gi"
 		if err != nil {
 			t.Fatalf("create --dry-run: %v\n%s", err, errb.String())
 		}
@@ -511,6 +550,50 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 			t.Errorf("a dry run changed objects:\nbefore %v\nafter  %v", before, after)
 		}
 		assertNoSecret(t, wkc, out.String()+errb.String())
+	})
+
+	t.Run("scale to min = max is lab.yaml's fixed pool", func(t *testing.T) {
+		md := func() *unstructured.Unstructured {
+			return get(t, mc, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "lab1", "lab1-workers")
+		}
+		if err := cluster.Scale(ctx, cluster.ScaleOptions{Options: opts, Min: ptr.To(3), Max: ptr.To(3)}); err != nil {
+			t.Fatal(err)
+		}
+		// What the same numbers in lab.yaml render.
+		fixed := *lab
+		fixed.Clusters = slices.Clone(lab.Clusters)
+		fixed.Clusters[0].Pools = slices.Clone(lab.Clusters[0].Pools)
+		fixed.Clusters[0].Pools[0].Min, fixed.Clusters[0].Pools[0].Max = 3, 3
+		r, err := cluster.Render(&fixed, "lab1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := r.Find("MachineDeployment", "lab1-workers")
+		wantReplicas, _, _ := unstructured.NestedInt64(want.Object, "spec", "replicas")
+		got := md()
+		gotReplicas, _, _ := unstructured.NestedInt64(got.Object, "spec", "replicas")
+		if gotReplicas != 3 || gotReplicas != wantReplicas {
+			t.Errorf("replicas = %d after scale --min 3 --max 3, want lab.yaml's 3/3: %d", gotReplicas, wantReplicas)
+		}
+		// lab.yaml's 3/3 has no autoscaler annotation; neither may the
+		// scaled pool keep one (labctl's apply-hash is create's).
+		for _, md := range []*unstructured.Unstructured{want, got} {
+			for k := range md.GetAnnotations() {
+				if k == clusterapi.AnnotationMinSize || k == clusterapi.AnnotationMaxSize || strings.HasPrefix(k, clusterapi.CapacityPrefix) {
+					t.Errorf("MachineDeployment of a fixed pool of 3 has the autoscaler annotation %s (rendered: %v, after scale: %v)", k, want.GetAnnotations(), got.GetAnnotations())
+				}
+			}
+		}
+		// Now a fixed pool: bounds are refused, a count is taken.
+		if err := cluster.Scale(ctx, cluster.ScaleOptions{Options: opts, Min: ptr.To(1), Max: ptr.To(4)}); err == nil || !strings.Contains(err.Error(), "fixed pool") {
+			t.Errorf("--min/--max on the pool made fixed: %v", err)
+		}
+		if err := cluster.Scale(ctx, cluster.ScaleOptions{Options: opts, Replicas: ptr.To(2)}); err != nil {
+			t.Fatal(err)
+		}
+		if r, _, _ := unstructured.NestedInt64(md().Object, "spec", "replicas"); r != 2 {
+			t.Errorf("replicas = %d after scale --replicas 2", r)
+		}
 	})
 
 	t.Run("delete waits for the machines", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,7 +62,11 @@ func TestCredentialsFromLabFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := credentials(lab, r.Credentials)
+	// Right after the Namespace, before the LibvirtClusters that name them.
+	if k := []string{r.Objects[0].GetKind(), r.Objects[1].GetKind(), r.Objects[2].GetKind()}; !slices.Equal(k, []string{"Namespace", "Secret", "Secret"}) {
+		t.Errorf("the render starts with %v, want the Namespace and then the two hosts' Secrets", k)
+	}
+	objs, err := secrets(lab)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +97,7 @@ func TestCredentialsFromLabFiles(t *testing.T) {
 	if err := os.Chmod(files["key"], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := credentials(lab, r.Credentials); err == nil || !strings.Contains(err.Error(), "hypervisors[kvm1].libvirt.sshKeyFile") || !strings.Contains(err.Error(), "chmod 600") {
+	if _, err := secrets(lab); err == nil || !strings.Contains(err.Error(), "hypervisors[kvm1].libvirt.sshKeyFile") || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("a key readable by others: %v", err)
 	}
 	if err := os.Chmod(files["key"], 0o600); err != nil {
@@ -101,7 +106,7 @@ func TestCredentialsFromLabFiles(t *testing.T) {
 	if err := os.Chmod(files["tlskey"], 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := credentials(lab, r.Credentials); err == nil || !strings.Contains(err.Error(), "hypervisors[kvm2].libvirt.tls.keyFile") || !strings.Contains(err.Error(), "chmod 600") {
+	if _, err := secrets(lab); err == nil || !strings.Contains(err.Error(), "hypervisors[kvm2].libvirt.tls.keyFile") || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("a TLS key readable by others: %v", err)
 	}
 	if err := os.Chmod(files["tlskey"], 0o600); err != nil {
@@ -120,7 +125,7 @@ func TestCredentialsFromLabFiles(t *testing.T) {
 	if err := os.WriteFile(files["key"], pem.EncodeToMemory(block), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := credentials(lab, r.Credentials); err == nil || !strings.Contains(err.Error(), "has a passphrase") || !strings.Contains(err.Error(), "hypervisors[kvm1].libvirt.sshKeyFile") {
+	if _, err := secrets(lab); err == nil || !strings.Contains(err.Error(), "has a passphrase") || !strings.Contains(err.Error(), "hypervisors[kvm1].libvirt.sshKeyFile") {
 		t.Errorf("a key with a passphrase: %v", err)
 	}
 	// A missing known_hosts.
@@ -128,7 +133,7 @@ func TestCredentialsFromLabFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = os.Remove(files["known"])
-	if _, err := credentials(lab, r.Credentials); err == nil || !strings.Contains(err.Error(), "hypervisors[kvm1].libvirt.knownHostsFile") {
+	if _, err := secrets(lab); err == nil || !strings.Contains(err.Error(), "hypervisors[kvm1].libvirt.knownHostsFile") {
 		t.Errorf("no known_hosts: %v", err)
 	}
 }
@@ -153,6 +158,21 @@ func TestPrintObjectsShowsNoCredentials(t *testing.T) {
 			t.Errorf("the printed objects lack %q", want)
 		}
 	}
+}
+
+// secrets renders lab1 of lab and returns its credentials Secrets.
+func secrets(lab *config.Lab) ([]*unstructured.Unstructured, error) {
+	r, err := Render(lab, "lab1")
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	for _, o := range r.Objects {
+		if o.GetKind() == "Secret" {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }
 
 func keys(m map[string][]byte) []string {

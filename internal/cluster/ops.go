@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,15 +14,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/credentials"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versions"
 )
 
 // ScaleOptions are the inputs of 'cluster scale'. Nil means unchanged.
@@ -42,12 +46,33 @@ func (o ScaleOptions) CheckFlags() error {
 		return errors.New("--replicas sets a fixed pool's count and --min/--max an autoscaled pool's bounds; pass one kind")
 	case o.Replicas != nil && *o.Replicas < 0:
 		return fmt.Errorf("--replicas %d: must be 0 or more", *o.Replicas)
-	case o.Min != nil && *o.Min < 0:
-		return fmt.Errorf("--min %d: must be 0 or more", *o.Min)
-	case o.Max != nil && *o.Max < 1:
-		return fmt.Errorf("--max %d: must be at least 1 so the autoscaler can add a worker", *o.Max)
-	case o.Min != nil && o.Max != nil && *o.Min > *o.Max:
-		return fmt.Errorf("--min %d is more than --max %d", *o.Min, *o.Max)
+	}
+	if o.Min == nil && o.Max == nil {
+		return nil
+	}
+	// Each flag alone, with the other at a bound that passes: the pool's
+	// own number is read later, in scaleChange.
+	lo, hi := 0, 1
+	if o.Min != nil {
+		lo, hi = *o.Min, max(*o.Min, 1)
+	}
+	if o.Max != nil {
+		hi = *o.Max
+		if o.Min == nil {
+			lo = min(0, hi)
+		}
+	}
+	return boundsError(lo, hi, "--min")
+}
+
+// boundsError is config's bounds rule, lab.yaml's, worded for flags.
+func boundsError(lo, hi int, minName string) error {
+	for _, b := range config.CheckBounds(lo, hi, minName) {
+		n := lo
+		if b.Field == "max" {
+			n = hi
+		}
+		return fmt.Errorf("--%s %d: %s", b.Field, n, b.Msg)
 	}
 	return nil
 }
@@ -60,7 +85,7 @@ func Scale(ctx context.Context, o ScaleOptions) error {
 	if err := o.CheckFlags(); err != nil {
 		return fmt.Errorf("cluster %s: %w", o.Name, err)
 	}
-	m := o.Mgmt
+	m := o.api()
 	ns, name := clusterapi.Namespace(o.Name), o.Name
 	pool := o.Pool
 	if pool == "" {
@@ -89,16 +114,41 @@ func Scale(ctx context.Context, o ScaleOptions) error {
 	patch.SetName(mdName)
 	cur, _, _ := unstructured.NestedInt64(md.Object, "spec", "replicas")
 	_, hasReplicas, _ := unstructured.NestedFieldNoCopy(md.Object, "spec", "replicas")
-	ann, replicas, change, upToDate, err := scaleChange(o, "MachineDeployment "+ns+"/"+mdName, md.GetAnnotations(), cur, hasReplicas)
+	to, err := scaleChange(o, "MachineDeployment "+ns+"/"+mdName, md.GetAnnotations(), cur, hasReplicas)
 	if err != nil {
 		return err
 	}
-	if ann != nil {
-		patch.SetAnnotations(ann)
-	} else {
-		_ = unstructured.SetNestedField(patch.Object, replicas, "spec", "replicas")
+	if to.fixes {
+		// The bounds annotations are create's (field manager labctl), so an
+		// apply under scale's own manager could not take them away; a
+		// merge patch can, and sets the count in the same write.
+		ann := map[string]any{}
+		for _, k := range autoscalerAnnotations(md.GetAnnotations()) {
+			ann[k] = nil
+		}
+		body := map[string]any{"metadata": map[string]any{"annotations": ann}, "spec": map[string]any{"replicas": to.replicas}}
+		return runScalePatch(ctx, o, to, md, types.MergePatchType, body)
 	}
-	return runScale(ctx, o, change, upToDate, patch)
+	if to.ann != nil {
+		patch.SetAnnotations(to.ann)
+	} else {
+		_ = unstructured.SetNestedField(patch.Object, to.replicas, "spec", "replicas")
+	}
+	return runScale(ctx, o, to.change, to.upToDate, patch)
+}
+
+// autoscalerAnnotations are the keys of ann the render writes for the
+// autoscaler (bounds and the scale-from-zero capacity): what a fixed
+// pool's MachineDeployment does not have.
+func autoscalerAnnotations(ann map[string]string) []string {
+	var keys []string
+	for k := range ann {
+		if k == clusterapi.AnnotationMinSize || k == clusterapi.AnnotationMaxSize || strings.HasPrefix(k, clusterapi.CapacityPrefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // scaleTopology scales a pool of a Cluster made from a ClusterClass (a
@@ -116,23 +166,37 @@ func scaleTopology(ctx context.Context, o ScaleOptions, cl *unstructured.Unstruc
 	ann, _, _ := unstructured.NestedStringMap(entry, "metadata", "annotations")
 	cur, hasReplicas, _ := unstructured.NestedInt64(entry, "replicas")
 	what := fmt.Sprintf("pool %s of Cluster %s/%s (topology)", pool, ns, name)
-	newAnn, replicas, change, upToDate, err := scaleChange(o, what, ann, cur, hasReplicas)
+	to, err := scaleChange(o, what, ann, cur, hasReplicas)
 	if err != nil {
 		return err
 	}
+	if to.fixes {
+		// As for a MachineDeployment: the annotations are create's. A JSON
+		// patch takes them out of this entry, tested by name first so a
+		// list changed since the read is refused rather than patched.
+		mds, _, _ := unstructured.NestedSlice(cl.Object, "spec", "topology", "workers", "machineDeployments")
+		i := slices.IndexFunc(mds, func(x any) bool { m, _ := x.(map[string]any); return m["name"] == pool })
+		at := fmt.Sprintf("/spec/topology/workers/machineDeployments/%d", i)
+		ops := []map[string]any{{"op": "test", "path": at + "/name", "value": pool}}
+		for _, k := range autoscalerAnnotations(ann) {
+			ops = append(ops, map[string]any{"op": "remove", "path": at + "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")})
+		}
+		ops = append(ops, map[string]any{"op": "add", "path": at + "/replicas", "value": to.replicas})
+		return runScalePatch(ctx, o, to, cl, types.JSONPatchType, ops)
+	}
 	class, _ := entry["class"].(string)
 	item := map[string]any{"name": pool, "class": class}
-	if newAnn != nil {
-		item["metadata"] = map[string]any{"annotations": toAny(newAnn)}
+	if to.ann != nil {
+		item["metadata"] = map[string]any{"annotations": toAny(to.ann)}
 	} else {
-		item["replicas"] = replicas
+		item["replicas"] = to.replicas
 	}
 	patch := &unstructured.Unstructured{}
 	patch.SetGroupVersionKind(clusterapi.ClusterGVK)
 	patch.SetNamespace(ns)
 	patch.SetName(name)
 	_ = unstructured.SetNestedSlice(patch.Object, []any{item}, "spec", "topology", "workers", "machineDeployments")
-	return runScale(ctx, o, change, upToDate, patch)
+	return runScale(ctx, o, to.change, to.upToDate, patch)
 }
 
 func toAny(m map[string]string) map[string]any {
@@ -143,19 +207,33 @@ func toAny(m map[string]string) map[string]any {
 	return out
 }
 
-// scaleChange is scale's rule for one pool, wherever its numbers live:
-// an autoscaled pool (the bounds annotations present) gets new bounds
-// and never replicas; a fixed one gets replicas. It returns the
-// annotations to write (nil for a fixed pool) or the replicas, the
-// sentence for the plan, and whether nothing changes.
-func scaleChange(o ScaleOptions, what string, ann map[string]string, cur int64, hasReplicas bool) (map[string]string, int64, string, bool, error) {
+// scaleTo is what scale writes to one pool.
+type scaleTo struct {
+	// ann are an autoscaled pool's new annotations; nil for a fixed pool,
+	// which gets replicas.
+	ann      map[string]string
+	replicas int64
+	// fixes is true when an autoscaled pool becomes a fixed one: new
+	// bounds with max <= min, which config's rule (lab.yaml's) makes a
+	// fixed pool of min workers. Its autoscaler annotations go.
+	fixes    bool
+	change   string // the sentence for the plan
+	upToDate bool   // nothing changes
+}
+
+// scaleChange is scale's rule for one pool, wherever its numbers live.
+// An autoscaled pool (the bounds annotations present) gets new bounds
+// and never replicas, unless the new bounds are a fixed pool's by
+// config's rule: then it becomes one, as the same numbers in lab.yaml
+// render it. A fixed pool gets replicas.
+func scaleChange(o ScaleOptions, what string, ann map[string]string, cur int64, hasReplicas bool) (scaleTo, error) {
 	name := o.Name
 	curMin, hasMin := ann[clusterapi.AnnotationMinSize]
 	curMax, hasMax := ann[clusterapi.AnnotationMaxSize]
 	autoscaled := hasMin && hasMax
 	switch {
 	case autoscaled && o.Replicas != nil:
-		return nil, 0, "", false, fmt.Errorf("cluster %s: the workers are autoscaled (min %s, max %s), so the autoscaler sets their count; use --min and --max", name, curMin, curMax)
+		return scaleTo{}, fmt.Errorf("cluster %s: the workers are autoscaled (min %s, max %s), so the autoscaler sets their count; use --min and --max", name, curMin, curMax)
 	case autoscaled:
 		lo, hi := atoi(curMin), atoi(curMax)
 		if o.Min != nil {
@@ -165,48 +243,84 @@ func scaleChange(o ScaleOptions, what string, ann map[string]string, cur int64, 
 			hi = *o.Max
 		}
 		if o.Min == nil && o.Max == nil {
-			return nil, 0, "", false, fmt.Errorf("cluster %s: give --min, --max or both", name)
+			return scaleTo{}, fmt.Errorf("cluster %s: give --min, --max or both", name)
 		}
-		if lo < 0 || hi < 1 || hi < lo {
-			return nil, 0, "", false, fmt.Errorf("cluster %s: --min %d --max %d: need 0 <= min <= max and max >= 1", name, lo, hi)
+		minName := "--min"
+		if o.Min == nil {
+			minName = "the pool's min"
 		}
-		return map[string]string{clusterapi.AnnotationMinSize: strconv.Itoa(lo), clusterapi.AnnotationMaxSize: strconv.Itoa(hi)}, 0,
-			fmt.Sprintf("set worker bounds of %s to min %d, max %d (were %s, %s)", what, lo, hi, curMin, curMax),
-			curMin == strconv.Itoa(lo) && curMax == strconv.Itoa(hi), nil
+		if err := boundsError(lo, hi, minName); err != nil {
+			return scaleTo{}, fmt.Errorf("cluster %s: %w", name, err)
+		}
+		if !config.Autoscaled(lo, hi) {
+			return scaleTo{replicas: int64(lo), fixes: true,
+				change: fmt.Sprintf("make %s a fixed pool of %d (min %d, max %d: the autoscaler has nothing to choose; were %s, %s)", what, lo, lo, hi, curMin, curMax)}, nil
+		}
+		return scaleTo{ann: map[string]string{clusterapi.AnnotationMinSize: strconv.Itoa(lo), clusterapi.AnnotationMaxSize: strconv.Itoa(hi)},
+			change:   fmt.Sprintf("set worker bounds of %s to min %d, max %d (were %s, %s)", what, lo, hi, curMin, curMax),
+			upToDate: curMin == strconv.Itoa(lo) && curMax == strconv.Itoa(hi)}, nil
 	case o.Min != nil || o.Max != nil:
-		return nil, 0, "", false, fmt.Errorf("cluster %s: the workers are a fixed pool, not autoscaled; use --replicas, or give workers.min < workers.max in lab.yaml and run cluster create", name)
+		return scaleTo{}, fmt.Errorf("cluster %s: the workers are a fixed pool, not autoscaled; use --replicas, or give workers.min < workers.max in lab.yaml and run cluster create", name)
 	case o.Replicas == nil:
-		return nil, 0, "", false, fmt.Errorf("cluster %s: give --replicas", name)
+		return scaleTo{}, fmt.Errorf("cluster %s: give --replicas", name)
 	case *o.Replicas < 0:
-		return nil, 0, "", false, fmt.Errorf("cluster %s: --replicas %d must be 0 or more", name, *o.Replicas)
+		return scaleTo{}, fmt.Errorf("cluster %s: --replicas %d must be 0 or more", name, *o.Replicas)
 	default:
-		return nil, int64(*o.Replicas), fmt.Sprintf("set replicas of %s to %d (was %d)", what, *o.Replicas, cur),
-			hasReplicas && cur == int64(*o.Replicas), nil
+		return scaleTo{replicas: int64(*o.Replicas), change: fmt.Sprintf("set replicas of %s to %d (was %d)", what, *o.Replicas, cur),
+			upToDate: hasReplicas && cur == int64(*o.Replicas)}, nil
 	}
+}
+
+// runScalePatch writes to obj with a patch of type pt, as one step, under
+// scale's field manager.
+func runScalePatch(ctx context.Context, o ScaleOptions, to scaleTo, obj *unstructured.Unstructured, pt types.PatchType, body any) error {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	what := obj.GetKind() + " " + obj.GetNamespace() + "/" + obj.GetName()
+	return runStep(ctx, o, to.change, to.upToDate, func(ctx context.Context) error {
+		c, err := o.Mgmt.Ctrl()
+		if err != nil {
+			return err
+		}
+		target := &unstructured.Unstructured{}
+		target.SetGroupVersionKind(obj.GroupVersionKind())
+		target.SetNamespace(obj.GetNamespace())
+		target.SetName(obj.GetName())
+		if err := c.Patch(ctx, target, client.RawPatch(pt, data), client.FieldOwner(ScaleFieldManager)); err != nil {
+			return fmt.Errorf("scaling %s: %w", what, err)
+		}
+		return nil
+	})
 }
 
 // runScale applies patch under scale's own field manager, as one step.
 func runScale(ctx context.Context, o ScaleOptions, change string, upToDate bool, patch *unstructured.Unstructured) error {
-	m, name := o.Mgmt, o.Name
 	what := patch.GetKind() + " " + patch.GetNamespace() + "/" + patch.GetName()
+	return runStep(ctx, o, change, upToDate, func(ctx context.Context) error {
+		// Its own field manager: applying only these fields as "labctl"
+		// would drop every other field create applied.
+		_, err := o.Mgmt.Apply(ctx, []*unstructured.Unstructured{patch}, kube.ApplyOptions{FieldManager: ScaleFieldManager})
+		if err != nil {
+			return fmt.Errorf("scaling %s: %w", what, err)
+		}
+		return nil
+	})
+}
+
+// runStep runs scale's one step: change is its plan, apply its write.
+func runStep(ctx context.Context, o ScaleOptions, change string, upToDate bool, apply func(context.Context) error) error {
 	run := &step.Runner{IO: o.IO, DryRun: o.DryRun, Verbose: o.Verbose}
 	return run.Run(ctx, []step.Step{{
-		Name: "scale cluster " + name,
+		Name: "scale cluster " + o.Name,
 		Plan: func(context.Context) ([]string, error) {
 			if upToDate {
 				return nil, nil
 			}
 			return []string{change}, nil
 		},
-		Apply: func(ctx context.Context) error {
-			// Its own field manager: applying only these fields as "labctl"
-			// would drop every other field create applied.
-			_, err := m.Apply(ctx, []*unstructured.Unstructured{patch}, kube.ApplyOptions{FieldManager: ScaleFieldManager})
-			if err != nil {
-				return fmt.Errorf("scaling %s: %w", what, err)
-			}
-			return nil
-		},
+		Apply: apply,
 	}})
 }
 
@@ -284,19 +398,20 @@ func Delete(ctx context.Context, o DeleteOptions) error {
 		{
 			Name: "wait for the machines to go",
 			Apply: func(ctx context.Context) error {
-				return until(ctx, m, clusterapi.MachineGVK, ns, "", clusterapi.ClusterNameLabel+"="+name, "the Machines of cluster "+name, "deleted", o.timeout(),
-					func(objs map[string]*unstructured.Unstructured) (bool, string) {
+				return wait{Watch: kube.Watch{GVK: clusterapi.MachineGVK, Namespace: ns, LabelSelector: clusterapi.ClusterNameLabel + "=" + name},
+					What: "the Machines of cluster " + name, Condition: "deleted", Timeout: o.timeout(),
+					Done: func(objs map[string]*unstructured.Unstructured) (bool, string) {
 						return len(objs) == 0, fmt.Sprintf("%d machine(s) left", len(objs))
-					})
+					}}.until(ctx, m)
 			},
 		},
 		{
 			Name: "wait for the Cluster to go",
 			Apply: func(ctx context.Context) error {
-				return until(ctx, m, clusterapi.ClusterGVK, ns, name, "", clRef.String(), "deleted", o.timeout(),
-					func(objs map[string]*unstructured.Unstructured) (bool, string) {
+				return wait{Watch: kube.Watch{GVK: clusterapi.ClusterGVK, Namespace: ns, Name: name}, What: clRef.String(), Condition: "deleted", Timeout: o.timeout(),
+					Done: func(objs map[string]*unstructured.Unstructured) (bool, string) {
 						return len(objs) == 0, "still there"
-					})
+					}}.until(ctx, m)
 			},
 		},
 		{
@@ -330,10 +445,11 @@ func Delete(ctx context.Context, o DeleteOptions) error {
 				}
 				// LibvirtClusters hold a finalizer until the provider saw
 				// their machines gone.
-				return until(ctx, m, clusterapi.LibvirtClusterGVK, ns, "", labctlSelector(name), "the LibvirtClusters of cluster "+name, "deleted", o.timeout(),
-					func(objs map[string]*unstructured.Unstructured) (bool, string) {
+				return wait{Watch: kube.Watch{GVK: clusterapi.LibvirtClusterGVK, Namespace: ns, LabelSelector: labctlSelector(name)},
+					What: "the LibvirtClusters of cluster " + name, Condition: "deleted", Timeout: o.timeout(),
+					Done: func(objs map[string]*unstructured.Unstructured) (bool, string) {
 						return len(objs) == 0, fmt.Sprintf("%d left", len(objs))
-					})
+					}}.until(ctx, m)
 			},
 		},
 	})
@@ -377,10 +493,14 @@ type Summary struct {
 	Phase        string `json:"phase"`
 	Version      string `json:"version,omitempty"`
 	ControlPlane string `json:"controlPlane"`
-	Workers      int64  `json:"workers"`
-	MinWorkers   *int   `json:"minWorkers,omitempty"`
-	MaxWorkers   *int   `json:"maxWorkers,omitempty"`
-	Endpoint     string `json:"endpoint,omitempty"`
+	// ControlPlaneKind is the kind of the Cluster's control plane:
+	// KubeadmControlPlane (VMs) or KamajiControlPlane (a tenant's pods on
+	// the management cluster); empty until the topology controller set it.
+	ControlPlaneKind string `json:"controlPlaneKind,omitempty"`
+	Workers          int64  `json:"workers"`
+	MinWorkers       *int   `json:"minWorkers,omitempty"`
+	MaxWorkers       *int   `json:"maxWorkers,omitempty"`
+	Endpoint         string `json:"endpoint,omitempty"`
 	// Pools are the worker pools, one per MachineDeployment, by name.
 	Pools []PoolSummary `json:"pools,omitempty"`
 }
@@ -405,18 +525,19 @@ func (p PoolSummary) bounds() string {
 
 // List reads every Cluster in the management cluster.
 func List(ctx context.Context, o Options) ([]Summary, error) {
-	served, err := o.Mgmt.Serves(clusterapi.ClusterGVK)
+	m := o.api()
+	served, err := m.Serves(clusterapi.ClusterGVK)
 	if err != nil {
 		return nil, err
 	}
 	if !served {
-		return nil, fmt.Errorf("%s serves no Cluster API Clusters (%s); run labctl mgmt install first", o.Mgmt.Host(), clusterapi.ClusterGVK.GroupVersion())
+		return nil, fmt.Errorf("%s serves no Cluster API Clusters (%s); run labctl mgmt install first", m.Host(), clusterapi.ClusterGVK.GroupVersion())
 	}
-	cls, err := o.Mgmt.List(ctx, clusterapi.ClusterGVK, "", "")
+	cls, err := m.List(ctx, clusterapi.ClusterGVK, "", "")
 	if err != nil {
 		return nil, err
 	}
-	mds, err := o.Mgmt.List(ctx, clusterapi.MachineDeploymentGVK, "", "")
+	mds, err := m.List(ctx, clusterapi.MachineDeploymentGVK, "", "")
 	if err != nil {
 		return nil, err
 	}
@@ -431,6 +552,7 @@ func List(ctx context.Context, o Options) ([]Summary, error) {
 		if port, _, _ := unstructured.NestedInt64(cl.Object, "spec", "controlPlaneEndpoint", "port"); host != "" {
 			s.Endpoint = fmt.Sprintf("%s:%d", host, port)
 		}
+		s.ControlPlaneKind, _, _ = unstructured.NestedString(cl.Object, "spec", "controlPlaneRef", "kind")
 		s.ControlPlane = "not initialized"
 		if ok, _, _ := unstructured.NestedBool(cl.Object, "status", "initialization", "controlPlaneInitialized"); ok {
 			s.ControlPlane = "initialized"
@@ -445,6 +567,9 @@ func List(ctx context.Context, o Options) ([]Summary, error) {
 				s.Version = v
 			}
 			p := PoolSummary{Name: strings.TrimPrefix(md.GetName(), cl.GetName()+"-"), Workers: r}
+			if tp := md.GetLabels()[clusterapi.TopologyPoolLabel]; tp != "" {
+				p.Name = tp
+			}
 			p.Infrastructure, _, _ = unstructured.NestedString(md.Object, "spec", "template", "spec", "infrastructureRef", "kind")
 			if a := md.GetAnnotations(); a[clusterapi.AnnotationMaxSize] != "" {
 				p.Min, p.Max = ptr.To(atoi(a[clusterapi.AnnotationMinSize])), ptr.To(atoi(a[clusterapi.AnnotationMaxSize]))
@@ -511,21 +636,24 @@ func ExportKubeconfig(ctx context.Context, o Options, e kube.ExportOptions) erro
 // PrintObjects prints the objects create would apply, as yaml or json,
 // without a management cluster.
 func PrintObjects(o *ui.IO, lab *config.Lab, name, format string) error {
-	r, err := Render(lab, name)
+	pins, err := versions.Get()
 	if err != nil {
 		return err
 	}
-	// The hosts' credentials Secrets without their data, which create
-	// reads from the files their annotation's hypervisor names.
-	var creds []*unstructured.Unstructured
-	for _, s := range r.Credentials {
-		obj, err := secretObject(s)
-		if err != nil {
-			return err
-		}
-		creds = append(creds, obj)
+	// The hosts' credentials Secrets are printed without their data (the
+	// annotation names the hypervisor whose files fill them), so their
+	// files are not read.
+	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: name, Credentials: credentials.Withheld{Files: credentials.Files{Lab: lab}}, Pins: pins})
+	if err != nil {
+		return err
 	}
-	objs := slices.Concat(r.Objects[:1], creds, r.Objects[1:], r.Autoscaler)
+	objs := slices.Concat(r.Objects, r.Autoscaler)
+	for i, obj := range objs {
+		if obj.GetKind() == "Secret" {
+			objs[i] = obj.DeepCopy()
+			unstructured.RemoveNestedField(objs[i].Object, "data")
+		}
+	}
 	if format == "json" {
 		items := make([]any, len(objs))
 		for i, obj := range objs {

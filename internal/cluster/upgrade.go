@@ -205,7 +205,7 @@ func AtVersion(lab *config.Lab, name, v string) (*config.Lab, error) {
 	out.Clusters = slices.Clone(lab.Clusters)
 	out.Images = slices.Clone(lab.Images)
 	used := map[string]bool{c.Template.Image: true}
-	for _, p := range c.WorkerPools() {
+	for _, p := range c.Pools {
 		used[c.PoolTemplate(p).Image] = true
 	}
 	for i := range out.Clusters {
@@ -290,7 +290,7 @@ func (u *upgradeRun) checkImages(ctx context.Context, lab *config.Lab, c *config
 		hosts []string
 	}
 	uses := []use{{c.Template, []string{c.Hypervisor}}}
-	for _, p := range c.WorkerPools() {
+	for _, p := range c.Pools {
 		uses = append(uses, use{c.PoolTemplate(p), p.Hypervisors})
 	}
 	var out []string

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/http"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
@@ -36,22 +33,12 @@ import (
 // owner's key inline and Cilium's chart from repo.
 func upgradeLab(t *testing.T, srv *pvetest.Server, repo string) *config.Lab {
 	t.Helper()
-	raw, err := os.ReadFile("../../examples/lab.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	pve := doc["hypervisors"].([]any)[0].(map[string]any)["proxmox"].(map[string]any)
-	pve["url"] = srv.URL
-	pve["tls"] = map[string]any{"fingerprint": proxmox.Fingerprint(srv.Certificate())}
-	m := doc["management"].(map[string]any)
-	delete(m, "sshPublicKeyFile")
-	m["sshPublicKeys"] = []string{ownerKey}
-	out, _ := yaml.Marshal(doc)
-	t.Setenv("PVE_TOKEN_SECRET", srv.Secret)
+	out := testbed.OwnerLab(t, srv.URL, srv.Secret, func(doc, pve map[string]any) {
+		pve["tls"] = map[string]any{"fingerprint": proxmox.Fingerprint(srv.Certificate())}
+		m := doc["management"].(map[string]any)
+		delete(m, "sshPublicKeyFile")
+		m["sshPublicKeys"] = []string{ownerKey}
+	})
 	lab, err := config.Parse("lab.yaml", out)
 	if err != nil {
 		t.Fatal(err)
@@ -59,25 +46,6 @@ func upgradeLab(t *testing.T, srv *pvetest.Server, repo string) *config.Lab {
 	lab.Management.Stack.ChartRepos.Cilium = repo
 	return lab
 }
-
-// counting is a client of env whose writes are counted.
-func counting(env *testbed.Env) (*kube.Client, *atomic.Int64) {
-	c := kube.NewForConfig(env.Config, env.Kubeconfig)
-	var n atomic.Int64
-	c.WrapTransport(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTrip(func(r *http.Request) (*http.Response, error) {
-			if kube.IsWrite(r) {
-				n.Add(1)
-			}
-			return rt.RoundTrip(r)
-		})
-	})
-	return c, &n
-}
-
-type roundTrip func(*http.Request) (*http.Response, error)
-
-func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // machine writes a Machine as Cluster API leaves one: at version, and
 // with running its node is up (phase Running, nodeRef, nodeInfo);
@@ -135,7 +103,7 @@ func TestUpgradePreflightPlanFailureAndResume(t *testing.T) {
 	mc := newClient(t, env)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	m, _ := counting(env)
+	m, _ := testbed.CountingClient(env)
 
 	// lab1 at v1.35.3, as 'cluster create' of a labctl pinning it left it.
 	old, err := cluster.AtVersion(lab, "lab1", "v1.35.3")
@@ -166,7 +134,7 @@ func TestUpgradePreflightPlanFailureAndResume(t *testing.T) {
 	driver := func(ctx context.Context, name string) (hypervisor.Driver, error) { return drivers.Open(ctx, lab, name) }
 	run := func(mod func(*cluster.UpgradeOptions)) (string, *cluster.UpgradeReport, int64, error) {
 		t.Helper()
-		kc, writes := counting(env)
+		kc, writes := testbed.CountingClient(env)
 		var errb bytes.Buffer
 		o := cluster.UpgradeOptions{Options: cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &errb}, Lab: lab, Name: "lab1", Mgmt: kc,
 			Timeout: time.Minute, Verbose: 1}, Driver: driver, Yes: true}

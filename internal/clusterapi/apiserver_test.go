@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/labctl/labctl/internal/clusterapi"
@@ -72,19 +71,9 @@ func TestRenderedObjectsPassTheRealAPI(t *testing.T) {
 		lab := load(t, path)
 		for _, cl := range lab.Clusters {
 			r := render(t, lab, cl.Name)
-			// The credentials Secrets right after the namespace, as create
-			// applies them (with the data create reads from lab.yaml's files).
-			objs := []*unstructured.Unstructured{r.Objects[0]}
-			for _, sec := range r.Credentials {
-				sec = sec.DeepCopy()
-				sec.Data = map[string][]byte{"ssh-privatekey": []byte("k"), "tls.crt": []byte("c"), "tls.key": []byte("k")}
-				u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(sec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				objs = append(objs, &unstructured.Unstructured{Object: u})
-			}
-			objs = append(append(objs, r.Objects[1:]...), r.Autoscaler...)
+			// As create applies them: the credentials Secrets right after
+			// the namespace, with the data the reader gave (creds).
+			objs := append(append([]*unstructured.Unstructured{}, r.Objects...), r.Autoscaler...)
 			// The namespace first, for real: dry runs need it to exist.
 			if err := ssa(ctx, c, objs[0], false); err != nil {
 				t.Fatalf("%s %s: applying namespace: %v", name, cl.Name, err)
@@ -142,7 +131,7 @@ func TestTenantClassesPassTheRealAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	for _, path := range []string{tenantsExample, "../config/testdata/valid/tenants.yaml"} {
-		classes, err := clusterapi.TenantClusterClasses(clusterapi.Input{Lab: load(t, path), SSHKeys: []string{ownerKey}, Pins: versions.MustGet()})
+		classes, err := clusterapi.TenantClusterClasses(clusterapi.Input{Lab: load(t, path), Credentials: creds{}, Pins: versions.MustGet()})
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
@@ -165,7 +154,7 @@ func TestTenantClassesPassTheRealAPI(t *testing.T) {
 		}
 		t.Logf("%s: %d tenant ClusterClass objects accepted", path, len(classes))
 	}
-	objs, err := clusterapi.TenantClusterClasses(clusterapi.Input{Lab: load(t, tenantsExample), SSHKeys: []string{ownerKey}})
+	objs, err := clusterapi.TenantClusterClasses(clusterapi.Input{Lab: load(t, tenantsExample), Credentials: creds{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,13 +46,11 @@ var (
 const (
 	ClusterNameLabel    = clusterv1.ClusterNameLabel
 	DeploymentNameLabel = clusterv1.MachineDeploymentNameLabel
+	// TopologyPoolLabel names the topology pool a MachineDeployment of a
+	// ClusterClass cluster (a tenant) was made for; the topology
+	// controller adds a random suffix to the MachineDeployment's name.
+	TopologyPoolLabel = clusterv1.ClusterTopologyMachineDeploymentNameLabel
 )
-
-// MachineDeploymentName is the name of a cluster's first worker pool
-// when lab.yaml gives it as workers.
-func MachineDeploymentName(cluster string) string {
-	return PoolMachineDeploymentName(cluster, WorkerPool)
-}
 
 // PoolMachineDeploymentName is the MachineDeployment of a cluster's pool.
 func PoolMachineDeploymentName(cluster, pool string) string { return cluster + "-" + pool }

@@ -119,10 +119,10 @@ func (r *renderer) libvirtClusterObject(name string, hypervisors []string, infra
 	return lc, nil
 }
 
-// credentials renders host h's credentials Secret once, without data:
-// the keys the provider reads for its URI's transport
-// (docs/libvirt-provider.md), which the caller fills from the files
-// lab.yaml names. Its type is the one Kubernetes has for those keys.
+// credentials renders host h's credentials Secret once, its data read
+// through the Credentials: the keys the provider reads for its URI's
+// transport (docs/libvirt-provider.md). Its type is the one Kubernetes
+// has for those keys.
 func (r *renderer) credentials(h *config.Hypervisor) (string, error) {
 	lo := &r.libvirt
 	if name, ok := lo.secretOf[h.Name]; ok {
@@ -133,14 +133,18 @@ func (r *renderer) credentials(h *config.Hypervisor) (string, error) {
 		return "", fmt.Errorf("cluster %s: hypervisors[%s].libvirt.uri: %w", r.c.Name, h.Name, err)
 	}
 	typ := corev1.SecretTypeSSHAuth
-	if u.Scheme == "qemu+tls" {
+	if strings.HasSuffix(u.Scheme, "+tls") { // qemu+tls, or the test beds' test+tls
 		typ = corev1.SecretTypeTLS
+	}
+	data, err := r.in.Credentials.Host(h)
+	if err != nil {
+		return "", fmt.Errorf("cluster %s: %w", r.c.Name, err)
 	}
 	name := CredentialsSecret(r.c.Name, h.Name)
 	meta := r.meta(name)
 	meta.Annotations = map[string]string{AnnotationCredentialsOf: h.Name}
 	lo.secretOf[h.Name] = name
-	lo.secrets = append(lo.secrets, &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: meta, Type: typ})
+	lo.secrets = append(lo.secrets, &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: meta, Type: typ, Data: data})
 	return name, nil
 }
 

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	libvirtv1 "github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
@@ -84,12 +85,23 @@ func TestMixedClusterPools(t *testing.T) {
 	if !equalJSON(lc.Object["spec"], want) {
 		t.Errorf("LibvirtCluster lab1-kvm spec = %v\nwant %v (CAPMOX's pool, so both kinds of machine share one range)", lc.Object["spec"], want)
 	}
-	if len(r.Credentials) != 2 || r.Credentials[0].Type != corev1.SecretTypeSSHAuth || r.Credentials[1].Type != corev1.SecretTypeTLS {
-		t.Fatalf("credentials = %v", r.Credentials)
+	// The hosts' Secrets right after the Namespace, whole: the reader's
+	// data, and the hypervisor whose files it came from.
+	var secrets []corev1.Secret
+	for _, o := range r.Objects[1:3] {
+		var s corev1.Secret
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &s); err != nil || o.GetKind() != "Secret" {
+			t.Fatalf("object %s %s after the Namespace, want a credentials Secret: %v", o.GetKind(), o.GetName(), err)
+		}
+		secrets = append(secrets, s)
 	}
-	for _, s := range r.Credentials {
-		if len(s.Data) > 0 || len(s.StringData) > 0 || s.Annotations[clusterapi.AnnotationCredentialsOf] == "" {
-			t.Errorf("rendered Secret %s has data or names no hypervisor: %v", s.Name, s.Annotations)
+	if secrets[0].Type != corev1.SecretTypeSSHAuth || secrets[1].Type != corev1.SecretTypeTLS {
+		t.Fatalf("credentials = %v", secrets)
+	}
+	for _, s := range secrets {
+		host := s.Annotations[clusterapi.AnnotationCredentialsOf]
+		if host == "" || string(s.Data["ssh-privatekey"]) != string(creds{}.data(host)["ssh-privatekey"]) {
+			t.Errorf("rendered Secret %s lacks the reader's data or names no hypervisor: %v", s.Name, s.Annotations)
 		}
 	}
 	kct := string(toYAML(t, []*unstructured.Unstructured{r.Find("KubeadmConfigTemplate", field(t, kmd, "spec", "template", "spec", "bootstrap", "configRef", "name").(string))}))
@@ -139,8 +151,8 @@ func TestLibvirtCluster(t *testing.T) {
 	if got := field(t, tmpl, "spec", "template", "metadata", "annotations", libvirtv1.ClusterAnnotation); got != "lab1-kvm" {
 		t.Errorf("the pool's machines go to LibvirtCluster %v, want lab1-kvm", got)
 	}
-	if len(r.Credentials) != 2 {
-		t.Errorf("%d credentials Secrets, want one per host (2)", len(r.Credentials))
+	if n := len(kindsOf(r.Objects, "Secret")); n != 2 {
+		t.Errorf("%d credentials Secrets, want one per host (2)", n)
 	}
 }
 
@@ -155,4 +167,15 @@ func TestKVMPoolBootsTheBuiltImage(t *testing.T) {
 	if img["volume"] != "ubuntu-kvm-v1.35.4.qcow2" || img["pool"] != "default" {
 		t.Errorf("the KVM pool's image = %v, want volume ubuntu-kvm-v1.35.4.qcow2 in pool default", img)
 	}
+}
+
+// kindsOf are the objects of kind among objs.
+func kindsOf(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
 }

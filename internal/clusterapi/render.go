@@ -33,14 +33,15 @@ import (
 
 // Annotations and labels labctl writes.
 const (
-	AnnotationMinSize  = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
-	AnnotationMaxSize  = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
-	capacityPrefix     = "capacity.cluster-autoscaler.kubernetes.io/"
-	AnnotationCPU      = capacityPrefix + "cpu"
-	AnnotationMemory   = capacityPrefix + "memory"
-	AnnotationMaxPods  = capacityPrefix + "maxPods"
-	AnnotationLabels   = capacityPrefix + "labels"
-	AnnotationTaints   = capacityPrefix + "taints"
+	AnnotationMinSize = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+	AnnotationMaxSize = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+	// CapacityPrefix starts every scale-from-zero annotation.
+	CapacityPrefix     = "capacity.cluster-autoscaler.kubernetes.io/"
+	AnnotationCPU      = CapacityPrefix + "cpu"
+	AnnotationMemory   = CapacityPrefix + "memory"
+	AnnotationMaxPods  = CapacityPrefix + "maxPods"
+	AnnotationLabels   = CapacityPrefix + "labels"
+	AnnotationTaints   = CapacityPrefix + "taints"
 	LabelManagedBy     = "app.kubernetes.io/managed-by"
 	LabelLab           = "labctl.dev/lab"
 	LabelPool          = "labctl.dev/pool"
@@ -59,33 +60,56 @@ const (
 type Input struct {
 	Lab     *config.Lab
 	Cluster string
+	// Credentials reads what lab.yaml names outside itself: the owner's
+	// public keys, put on every node, and the libvirt hosts' credentials.
+	Credentials Credentials
+	Pins        versions.Pins
+}
+
+// Credentials reads what the objects need from outside lab.yaml, as
+// clusterctl's template resolves its variables through an injected
+// client (credentials.Files reads the lab's files; tests hand in their
+// own). The render returns whole objects, Secrets with their data.
+type Credentials interface {
 	// SSHKeys are the owner's public keys, put on every node.
-	SSHKeys []string
-	Pins    versions.Pins
+	SSHKeys() ([]string, error)
+	// Host is libvirt host h's credentials Secret data, under the keys
+	// labctl's provider reads for its URI's transport
+	// (docs/libvirt-provider.md).
+	Host(h *config.Hypervisor) (map[string][]byte, error)
+}
+
+// sshKeys are in's public keys; at least one, as every node needs one.
+func (in Input) sshKeys(what string) ([]string, error) {
+	if in.Credentials == nil {
+		return nil, fmt.Errorf("%s: no credentials reader given to the render", what)
+	}
+	keys, err := in.Credentials.SSHKeys()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%s: no SSH public key to put on the nodes; set management.sshPublicKeys or management.sshPublicKeyFile", what)
+	}
+	return keys, nil
 }
 
 // Rendered is one cluster's objects in the management cluster.
 type Rendered struct {
 	Name      string
 	Namespace string
-	// Objects are the namespace and the Cluster API objects, in apply order.
+	// Objects are the namespace, the libvirt hosts' credentials Secrets
+	// (with their data: never print them), and the Cluster API objects,
+	// in apply order.
 	Objects []*unstructured.Unstructured
 	// Autoscaler is the cluster's cluster-autoscaler: service account,
 	// bindings and Deployment. It needs the <cluster>-kubeconfig secret CAPI
 	// writes, so it is applied once the control plane is up.
 	Autoscaler []*unstructured.Unstructured
-	// Credentials are the libvirt hosts' credentials Secrets, to apply
-	// right after the Namespace. They come without data: the caller fills
-	// each from the files lab.yaml names for its hypervisor
-	// (CredentialsHypervisor), and never prints it.
-	Credentials []*corev1.Secret
-	// Names of the objects commands look up: the first pool's
-	// MachineDeployment, and the control plane.
-	MachineDeployment string
-	ControlPlane      string
-	// Autoscaled is true when the autoscaler owns the first pool's count.
-	Autoscaled bool
-	// Pools are the worker pools, in lab.yaml's order.
+	// ControlPlane names the control plane object commands look up.
+	ControlPlane string
+	// Pools are the worker pools, in lab.yaml's order, with the names of
+	// their MachineDeployments.
 	Pools []PoolRender
 }
 
@@ -134,6 +158,8 @@ type renderer struct {
 	h   *config.Hypervisor // the cluster's: the control plane's
 	px  *config.Proxmox    // h's, when it is a Proxmox one
 	out []*unstructured.Unstructured
+	// keys are the owner's public keys, read once.
+	keys []string
 	// libvirt is what the cluster's libvirt pools share: their
 	// LibvirtClusters by name, and the hosts' credentials Secrets.
 	libvirt libvirtObjects
@@ -160,14 +186,12 @@ func (r *renderer) setHypervisor() error {
 		return fmt.Errorf("cluster %s: %w", c.Name, err)
 	}
 	// Validation refuses this already; the rule is config's.
-	if why := config.ClustersOn(h); why != "" {
+	if why := config.WhyNoClustersOn(h); why != "" {
 		return fmt.Errorf("cluster %s: %s", c.Name, why)
 	}
 	r.h, r.px = h, h.Proxmox
-	if len(r.in.SSHKeys) == 0 {
-		return fmt.Errorf("cluster %s: no SSH public key to put on the nodes; set management.sshPublicKeys or management.sshPublicKeyFile", c.Name)
-	}
-	return nil
+	r.keys, err = r.in.sshKeys("cluster " + c.Name)
+	return err
 }
 
 func (r *renderer) render() (*Rendered, error) {
@@ -209,7 +233,7 @@ func (r *renderer) render() (*Rendered, error) {
 	// In the order lab1 has always had: templates, bootstrap configs, the
 	// control plane, the MachineDeployments, the Cluster.
 	tmpls, kcts, mds := []any{cpObj}, []any{}, []any{}
-	for _, p := range c.WorkerPools() {
+	for _, p := range c.Pools {
 		pr, err := r.pool(p)
 		if err != nil {
 			return nil, err
@@ -228,14 +252,23 @@ func (r *renderer) render() (*Rendered, error) {
 // finish takes the objects rendered so far as the cluster's, renders its
 // autoscaler, and returns both.
 func (r *renderer) finish(controlPlane string, pools []PoolRender) (*Rendered, error) {
+	// The hosts' credentials go right after the Namespace (the first
+	// object), before the LibvirtClusters that name them.
 	objs := r.out
+	r.out = nil
+	for _, s := range r.libvirt.secrets {
+		if err := r.add(s); err != nil {
+			return nil, err
+		}
+	}
+	objs = slices.Concat(objs[:1], r.out, objs[1:])
 	r.out = nil
 	if err := r.autoscaler(); err != nil {
 		return nil, err
 	}
 	return &Rendered{
-		Name: r.c.Name, Namespace: r.ns, Objects: objs, Autoscaler: r.out, Credentials: r.libvirt.secrets,
-		MachineDeployment: pools[0].MachineDeployment, ControlPlane: controlPlane, Autoscaled: pools[0].Autoscaled, Pools: pools,
+		Name: r.c.Name, Namespace: r.ns, Objects: objs, Autoscaler: r.out,
+		ControlPlane: controlPlane, Pools: pools,
 	}, nil
 }
 
@@ -400,40 +433,17 @@ func (r *renderer) proxmoxCluster() *proxmoxCluster {
 }
 
 // allowedNodes are the cluster's allowedNodes, else every node of its
-// Proxmox endpoint.
-func (r *renderer) allowedNodes() []string {
-	if len(r.c.AllowedNodes) > 0 {
-		return r.c.AllowedNodes
-	}
-	var names []string
-	for _, n := range r.px.Nodes {
-		names = append(names, n.Name)
-	}
-	return names
-}
+// Proxmox endpoint (config's rule).
+func (r *renderer) allowedNodes() []string { return r.in.Lab.AllowedNodes(r.c) }
 
-// node is the first allowed node: its bridge and storage are the cluster's.
+// node is the first allowed node: its bridge and storage are the
+// cluster's (config's rule, which validation has checked).
 func (r *renderer) node() (config.PVENode, error) {
-	nodes := r.allowedNodes()
-	var first *config.PVENode
-	for _, name := range nodes {
-		for i := range r.px.Nodes {
-			n := &r.px.Nodes[i]
-			if n.Name != name {
-				continue
-			}
-			if first == nil {
-				first = n
-			} else if n.Bridge != first.Bridge || n.Storage != first.Storage {
-				return config.PVENode{}, fmt.Errorf("cluster %s: allowed nodes %s and %s differ in bridge or storage (%s/%s vs %s/%s); the nodes of one cluster must share them",
-					r.c.Name, first.Name, n.Name, first.Bridge, first.Storage, n.Bridge, n.Storage)
-			}
-		}
+	n, err := r.in.Lab.ClusterNode(r.c)
+	if err != nil {
+		return config.PVENode{}, fmt.Errorf("cluster %s: %w", r.c.Name, err)
 	}
-	if first == nil {
-		return config.PVENode{}, fmt.Errorf("cluster %s: none of its allowed nodes (%s) is a node of hypervisor %s", r.c.Name, strings.Join(nodes, ", "), r.c.Hypervisor)
-	}
-	return *first, nil
+	return n, nil
 }
 
 // cloneNodes are the nodes CAPMOX may clone the cluster's machines onto:
@@ -546,7 +556,7 @@ func hashName(prefix, tag string, spec any) (string, error) {
 }
 
 // users is the login user on every node, with the owner's SSH keys.
-func (r *renderer) users() []bootstrapv1.User { return users(r.in.Lab, r.in.SSHKeys) }
+func (r *renderer) users() []bootstrapv1.User { return users(r.in.Lab, r.keys) }
 
 func users(lab *config.Lab, keys []string) []bootstrapv1.User {
 	return []bootstrapv1.User{{
@@ -598,7 +608,6 @@ func (r *renderer) controlPlane(template ref) *controlplanev1.KubeadmControlPlan
 }
 
 func (r *renderer) kubeadmConfigTemplate(p config.Pool, libvirt bool) *bootstrapv1.KubeadmConfigTemplate {
-	w := p.Workers()
 	args := []bootstrapv1.Arg{providerID(libvirt)}
 	if labels := workerLabels(p); len(labels) > 0 {
 		args = append(args, bootstrapv1.Arg{Name: "node-labels", Value: ptr.To(strings.Join(labels, ","))})
@@ -614,7 +623,7 @@ func (r *renderer) kubeadmConfigTemplate(p config.Pool, libvirt bool) *bootstrap
 	// does not count it against the new node. The capacity annotation
 	// keeps only the pool's own taints.
 	taints := []corev1.Taint{startupTaint()}
-	for _, t := range w.Taints {
+	for _, t := range p.Taints {
 		taints = append(taints, parseTaint(t))
 	}
 	reg := bootstrapv1.NodeRegistrationOptions{KubeletExtraArgs: args, Taints: &taints}
@@ -649,7 +658,7 @@ func parseTaint(s string) corev1.Taint {
 }
 
 func (r *renderer) machineDeployment(p config.Pool, template ref, bootstrap string, libvirt bool) (*clusterv1.MachineDeployment, error) {
-	c, w := r.c, p.Workers()
+	c := r.c
 	name := PoolMachineDeploymentName(c.Name, p.Name)
 	sel := map[string]string{clusterv1.ClusterNameLabel: c.Name, clusterv1.MachineDeploymentNameLabel: name}
 	md := &clusterv1.MachineDeployment{
@@ -677,18 +686,18 @@ func (r *renderer) machineDeployment(p config.Pool, template ref, bootstrap stri
 			},
 		},
 	}
-	if !w.Autoscaled() {
+	if !p.Autoscaled() {
 		// A fixed pool: labctl owns the count. An autoscaled one never gets
 		// spec.replicas from labctl, so a re-apply cannot undo a scale.
-		md.Spec.Replicas = ptr.To(int32(w.Min))
+		md.Spec.Replicas = ptr.To(int32(p.Min))
 		return md, nil
 	}
 	ann, err := r.capacity(p, libvirt)
 	if err != nil {
 		return nil, err
 	}
-	ann[AnnotationMinSize] = strconv.Itoa(w.Min)
-	ann[AnnotationMaxSize] = strconv.Itoa(w.Max)
+	ann[AnnotationMinSize] = strconv.Itoa(p.Min)
+	ann[AnnotationMaxSize] = strconv.Itoa(p.Max)
 	md.Annotations = ann
 	return md, nil
 }

@@ -33,9 +33,26 @@ func load(t testing.TB, path string) *config.Lab {
 	return lab
 }
 
+// creds stands in for the files lab.yaml names: the owner's key, and a
+// host's credentials under the keys of both transports, naming the host.
+type creds struct{}
+
+func (creds) SSHKeys() ([]string, error) { return []string{ownerKey}, nil }
+
+func (c creds) Host(h *config.Hypervisor) (map[string][]byte, error) { return c.data(h.Name), nil }
+
+func (creds) data(host string) map[string][]byte {
+	return map[string][]byte{"ssh-privatekey": []byte("key of " + host), "tls.crt": []byte("c"), "tls.key": []byte("k")}
+}
+
+// noKeys is a lab with no SSH public key.
+type noKeys struct{ creds }
+
+func (noKeys) SSHKeys() ([]string, error) { return nil, nil }
+
 func render(t testing.TB, lab *config.Lab, cluster string) *clusterapi.Rendered {
 	t.Helper()
-	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: cluster, SSHKeys: []string{ownerKey}, Pins: versions.MustGet()})
+	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: cluster, Credentials: creds{}, Pins: versions.MustGet()})
 	if err != nil {
 		t.Fatalf("rendering %s: %v", cluster, err)
 	}
@@ -252,12 +269,12 @@ func TestTemplateNamesFollowSize(t *testing.T) {
 	if mdName(a) != mdName(b) {
 		t.Fatalf("the same config gave two names: %s, %s", mdName(a), mdName(b))
 	}
-	lab.Clusters[0].Workers.Size.Memory = "4Gi"
+	lab.Clusters[0].Pools[0].Size.Memory = "4Gi"
 	c := render(t, lab, "lab1")
 	if mdName(c) == mdName(a) || !strings.HasPrefix(mdName(c), "lab1-worker-4g-") {
 		t.Errorf("4Gi workers: template %s (was %s), want a new lab1-worker-4g-<hash>", mdName(c), mdName(a))
 	}
-	lab.Clusters[0].Workers.Size.CPUs = 8
+	lab.Clusters[0].Pools[0].Size.CPUs = 8
 	d := render(t, lab, "lab1")
 	if mdName(d) == mdName(c) {
 		t.Errorf("8 CPUs kept template name %s", mdName(d))
@@ -272,21 +289,21 @@ func TestTemplateNamesFollowSize(t *testing.T) {
 
 func TestFixedPoolHasReplicasAndNoAutoscalerAnnotations(t *testing.T) {
 	lab := load(t, "../../examples/lab.yaml")
-	lab.Clusters[0].Workers.Min, lab.Clusters[0].Workers.Max = 2, 2
+	lab.Clusters[0].Pools[0].Min, lab.Clusters[0].Pools[0].Max = 2, 2
 	r := render(t, lab, "lab1")
 	md := r.Find("MachineDeployment", "")
 	if got := field(t, md, "spec", "replicas"); !equalJSON(got, int64(2)) {
 		t.Errorf("fixed pool replicas = %v, want 2", got)
 	}
-	if _, ok := md.GetAnnotations()[clusterapi.AnnotationMaxSize]; ok || r.Autoscaled {
+	if _, ok := md.GetAnnotations()[clusterapi.AnnotationMaxSize]; ok || r.Pools[0].Autoscaled {
 		t.Error("a fixed pool carries autoscaler bounds")
 	}
 }
 
 func TestTemplateIDAndTaints(t *testing.T) {
 	lab := load(t, "../../internal/config/testdata/valid/two-nodes-two-clusters.yaml")
-	lab.Clusters[1].Workers.Taints = []string{"dedicated=batch:NoSchedule"}
-	lab.Clusters[1].Workers.Labels = []string{"tier=batch"}
+	lab.Clusters[1].Pools[0].Taints = []string{"dedicated=batch:NoSchedule"}
+	lab.Clusters[1].Pools[0].Labels = []string{"tier=batch"}
 	r := render(t, lab, "lab2")
 	wt := r.Find("ProxmoxMachineTemplate", field(t, r.Find("MachineDeployment", ""), "spec", "template", "spec", "infrastructureRef", "name").(string))
 	spec := field(t, wt, "spec", "template", "spec").(map[string]any)
@@ -307,11 +324,11 @@ func TestTemplateIDAndTaints(t *testing.T) {
 
 func TestRenderErrors(t *testing.T) {
 	lab := load(t, "../../examples/lab.yaml")
-	_, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "nope", SSHKeys: []string{ownerKey}, Pins: versions.MustGet()})
+	_, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "nope", Credentials: creds{}, Pins: versions.MustGet()})
 	if err == nil || !strings.Contains(err.Error(), `cluster "nope" is not in the lab config; it has: lab1`) {
 		t.Errorf("unknown cluster: %v", err)
 	}
-	_, err = clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", Pins: versions.MustGet()})
+	_, err = clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", Credentials: noKeys{}, Pins: versions.MustGet()})
 	if err == nil || !strings.Contains(err.Error(), "sshPublicKey") {
 		t.Errorf("no SSH key: %v", err)
 	}
@@ -325,8 +342,8 @@ func TestRenderErrors(t *testing.T) {
 // not fit on it.
 func TestScaleFromZeroMemoryIsAllocatable(t *testing.T) {
 	lab := load(t, "../../examples/lab.yaml")
-	if lab.Clusters[0].Workers.Size.Memory != "2Gi" || lab.Clusters[0].Workers.Size.CPUs != 4 {
-		t.Fatalf("the example's worker is %+v, want the owner's 4 vCPU / 2Gi", lab.Clusters[0].Workers.Size)
+	if lab.Clusters[0].Pools[0].Size.Memory != "2Gi" || lab.Clusters[0].Pools[0].Size.CPUs != 4 {
+		t.Fatalf("the example's worker is %+v, want the owner's 4 vCPU / 2Gi", lab.Clusters[0].Pools[0].Size)
 	}
 	ann := render(t, lab, "lab1").Find("MachineDeployment", "").GetAnnotations()
 	// As the autoscaler reads them (clusterapi_utils.go parseKey).
@@ -358,7 +375,7 @@ func TestScaleFromZeroMemoryIsAllocatable(t *testing.T) {
 func TestWorkersRegisterWithCiliumStartupTaint(t *testing.T) {
 	for _, taints := range [][]string{nil, {"dedicated=batch:NoSchedule"}} {
 		lab := load(t, "../../examples/lab.yaml")
-		lab.Clusters[0].Workers.Taints = taints
+		lab.Clusters[0].Pools[0].Taints = taints
 		r := render(t, lab, "lab1")
 		got, _, _ := unstructured.NestedSlice(r.Find("KubeadmConfigTemplate", "").Object, "spec", "template", "spec", "joinConfiguration", "nodeRegistration", "taints")
 		want := []any{map[string]any{"key": clusterapi.StartupTaint, "value": "true", "effect": "NoExecute"}}

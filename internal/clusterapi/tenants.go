@@ -96,10 +96,11 @@ func TenantClusterClasses(in Input) ([]*unstructured.Unstructured, error) {
 	if !lab.Providers().Kamaji {
 		return nil, nil
 	}
-	if len(in.SSHKeys) == 0 {
-		return nil, fmt.Errorf("tenant ClusterClasses: no SSH public key to put on the nodes; set management.sshPublicKeys or management.sshPublicKeyFile")
+	keys, err := in.sshKeys("tenant ClusterClasses")
+	if err != nil {
+		return nil, err
 	}
-	cr := &classRenderer{in: in}
+	cr := &classRenderer{in: in, keys: keys}
 	ns := &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: ClassNamespace, Labels: cr.labels()}}
 	if err := cr.add(ns); err != nil {
 		return nil, err
@@ -137,12 +138,12 @@ func firstProxmox(lab *config.Lab) *config.Hypervisor {
 }
 
 // remoteLibvirtHosts are the libvirt hosts cluster machines can go to
-// (config.ClustersOn).
+// (config.WhyNoClustersOn).
 func remoteLibvirtHosts(lab *config.Lab) []*config.Hypervisor {
 	var out []*config.Hypervisor
 	for i := range lab.Hypervisors {
 		h := &lab.Hypervisors[i]
-		if h.Libvirt != nil && h.Proxmox == nil && config.ClustersOn(h) == "" {
+		if h.Libvirt != nil && h.Proxmox == nil && config.WhyNoClustersOn(h) == "" {
 			out = append(out, h)
 		}
 	}
@@ -150,8 +151,9 @@ func remoteLibvirtHosts(lab *config.Lab) []*config.Hypervisor {
 }
 
 type classRenderer struct {
-	in  Input
-	out []*unstructured.Unstructured
+	in   Input
+	keys []string // the owner's public keys, read once
+	out  []*unstructured.Unstructured
 }
 
 func (cr *classRenderer) add(obj any) error { return appendObject(&cr.out, obj) }
@@ -228,7 +230,7 @@ func (cr *classRenderer) bootstrapTemplate(name string, libvirt bool) *bootstrap
 				JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: bootstrapv1.NodeRegistrationOptions{
 					KubeletExtraArgs: []bootstrapv1.Arg{providerID(libvirt)}, Taints: &taints,
 				}},
-				Users: users(cr.in.Lab, cr.in.SSHKeys),
+				Users: users(cr.in.Lab, cr.keys),
 			},
 		}},
 	}
@@ -435,7 +437,7 @@ func (r *renderer) renderTenant() (*Rendered, error) {
 		}
 		// The hosts of every pool (validation keeps them on one network).
 		var hosts []string
-		for _, p := range c.WorkerPools() {
+		for _, p := range c.Pools {
 			for _, hv := range p.Hypervisors {
 				if !slices.Contains(hosts, hv) {
 					hosts = append(hosts, hv)
@@ -467,7 +469,7 @@ func (r *renderer) renderTenant() (*Rendered, error) {
 	}
 	var pools []PoolRender
 	var mds []clusterv1.MachineDeploymentTopology
-	for i, p := range c.WorkerPools() {
+	for i, p := range c.Pools {
 		pr, md, poolVars, err := r.tenantPool(p, platform == config.PlatformKVM)
 		if err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 package clusterapi_test
 
 import (
+	"encoding/base64"
 	"slices"
 	"strings"
 	"testing"
@@ -147,21 +148,25 @@ func splitPath(p string) []string {
 }
 
 // TestKVMTenant: a tenant on KVM hosts also has its node address pool
-// and the hosts' credentials Secrets (filled by create, printed without
-// data), and its LibvirtCluster spec in the class's variable.
+// and the hosts' credentials Secrets (with the data the credentials
+// reader gives), and its LibvirtCluster spec in the class's variable.
 func TestKVMTenant(t *testing.T) {
 	lab := load(t, tenantsExample)
 	r := render(t, lab, "tenant2")
-	if got := kinds(r.Objects); !slices.Equal(got, []string{"Namespace", "InClusterIPPool", "Cluster"}) {
+	if got := kinds(r.Objects); !slices.Equal(got, []string{"Namespace", "Secret", "Secret", "InClusterIPPool", "Cluster"}) {
 		t.Fatalf("tenant2 objects = %v", got)
 	}
-	if len(r.Credentials) != 2 || r.Credentials[0].Name != "tenant2-libvirt-kvm1" || r.Credentials[0].Data != nil {
-		t.Errorf("credentials = %v, want kvm1's and kvm2's without data", r.Credentials)
+	for i, host := range []string{"kvm1", "kvm2"} {
+		s := r.Objects[1+i]
+		data, _, _ := unstructured.NestedStringMap(s.Object, "data")
+		if s.GetName() != "tenant2-libvirt-"+host || data["ssh-privatekey"] != base64.StdEncoding.EncodeToString(creds{}.data(host)["ssh-privatekey"]) {
+			t.Errorf("credentials Secret %d = %s with %v, want %s's with the reader's data", i, s.GetName(), data, host)
+		}
 	}
-	if got := field(t, r.Objects[1], "metadata", "name"); got != "tenant2-nodes" {
+	if got := field(t, r.Objects[3], "metadata", "name"); got != "tenant2-nodes" {
 		t.Errorf("pool = %v", got)
 	}
-	cl := r.Objects[2]
+	cl := r.Objects[4]
 	if got := field(t, cl, "spec", "topology", "classRef", "name"); got != "labctl-kamaji-kvm" {
 		t.Errorf("class = %v", got)
 	}
@@ -194,7 +199,7 @@ func TestKVMTenant(t *testing.T) {
 // platform it has, sharing the Kamaji control plane template; a lab
 // without tenants gets none.
 func TestTenantClusterClasses(t *testing.T) {
-	in := clusterapi.Input{Lab: load(t, tenantsExample), SSHKeys: []string{ownerKey}, Pins: versions.MustGet()}
+	in := clusterapi.Input{Lab: load(t, tenantsExample), Credentials: creds{}, Pins: versions.MustGet()}
 	objs, err := clusterapi.TenantClusterClasses(in)
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +252,7 @@ func TestTenantClusterClasses(t *testing.T) {
 		t.Errorf("the class requires variables tenant1 does not set: %v", declared)
 	}
 
-	none, err := clusterapi.TenantClusterClasses(clusterapi.Input{Lab: load(t, "../../examples/lab.yaml"), SSHKeys: []string{ownerKey}})
+	none, err := clusterapi.TenantClusterClasses(clusterapi.Input{Lab: load(t, "../../examples/lab.yaml"), Credentials: creds{}})
 	if err != nil || none != nil {
 		t.Errorf("a lab without tenants got classes %v (%v)", kinds(none), err)
 	}
@@ -257,7 +262,7 @@ func TestTenantClusterClasses(t *testing.T) {
 // as Cluster API executes it (Go text/template over the variables), is the
 // ipv4Config CAPMOX wants.
 func TestInfrastructurePatchIsYAML(t *testing.T) {
-	objs, err := clusterapi.TenantClusterClasses(clusterapi.Input{Lab: load(t, tenantsExample), SSHKeys: []string{ownerKey}})
+	objs, err := clusterapi.TenantClusterClasses(clusterapi.Input{Lab: load(t, tenantsExample), Credentials: creds{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package cmdutil
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -21,7 +20,7 @@ import (
 func TestMgmtWithoutACluster(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	t.Setenv("KUBECONFIG", "")
-	io := &ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}}
+	io, _, _, _ := ui.Test()
 	s := &Settings{Config: "../../examples/lab.yaml", ConfigExplicit: true}
 	f := New(io, s)
 	_, err := f.Mgmt(t.Context())
@@ -53,8 +52,9 @@ func TestLabLoadedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := bytes.NewReader(data)
-	f := New(&ui.IO{In: in, Out: &bytes.Buffer{}, Err: &bytes.Buffer{}}, &Settings{Config: "-", ConfigExplicit: true})
+	io, in, _, _ := ui.Test()
+	in.Write(data)
+	f := New(io, &Settings{Config: "-", ConfigExplicit: true})
 	lab1, src1, err1 := f.Lab(t.Context())
 	lab2, src2, err2 := f.Lab(t.Context())
 	if err1 != nil || err2 != nil || lab1 == nil || lab1 != lab2 || src1 != src2 || src1.Name != "stdin" {

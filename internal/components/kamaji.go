@@ -12,7 +12,7 @@ import (
 	"github.com/labctl/labctl/embedded"
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
-	"github.com/labctl/labctl/internal/sshkey"
+	"github.com/labctl/labctl/internal/credentials"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -131,13 +131,9 @@ func kamaji(lab *config.Lab, pins versions.Pins, offline string) ([]Component, e
 }
 
 // tenantClusterClasses renders labctl's tenant ClusterClasses with the
-// owner's SSH keys, as cluster create renders a cluster's.
+// owner's SSH keys, read as cluster create reads a cluster's.
 func tenantClusterClasses(lab *config.Lab, pins versions.Pins) ([]*unstructured.Unstructured, error) {
-	keys, err := sshkey.Authorized(lab.Management.SSHPublicKeys, lab.Management.SSHPublicKeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("tenant ClusterClasses: %w", err)
-	}
-	return clusterapi.TenantClusterClasses(clusterapi.Input{Lab: lab, SSHKeys: keys, Pins: pins})
+	return clusterapi.TenantClusterClasses(clusterapi.Input{Lab: lab, Credentials: credentials.Files{Lab: lab}, Pins: pins})
 }
 
 // kamajiProviderRelease reads the provider's release assets from the

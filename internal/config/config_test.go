@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -163,7 +164,10 @@ func TestLabExample(t *testing.T) {
 	if c.Name != "lab1" || c.ControlPlane.Endpoint == "" {
 		t.Errorf("cluster = %+v, want lab1 with a VIP", c)
 	}
-	if w := c.Workers; w.Min != 0 || w.Max != 5 || w.Size.CPUs != 4 || w.Size.Memory != "2Gi" {
+	if len(c.Pools) != 1 || c.Pools[0].Name != config.DefaultPool || !slices.Equal(c.Pools[0].Hypervisors, []string{c.Hypervisor}) {
+		t.Fatalf("pools = %+v, want workers as the one pool %s on %s", c.Pools, config.DefaultPool, c.Hypervisor)
+	}
+	if w := c.Pools[0]; w.Min != 0 || w.Max != 5 || w.Size.CPUs != 4 || w.Size.Memory != "2Gi" {
 		t.Errorf("workers = %+v, want 4 vCPU / 2Gi scaling 0..5", w)
 	}
 	if c.MemoryAdjustment != 160 || c.PodCIDR != "10.244.0.0/16" {
@@ -191,7 +195,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("management image/k3s not defaulted: %+v", m)
 	}
 	c := lab.Clusters[0]
-	if c.Template.Image != "kube" || c.ControlPlane.Replicas != 1 || c.Workers.Max != 3 || c.MemoryAdjustment != 100 {
+	if c.Template.Image != "kube" || c.ControlPlane.Replicas != 1 || c.Pools[0].Max != 3 || c.MemoryAdjustment != 100 {
 		t.Errorf("cluster defaults = %+v", c)
 	}
 	if c.PodCIDR != config.DefaultPodCIDR || c.ServiceCIDR != config.DefaultServiceCIDR || c.CNI.Cilium == "" {
@@ -570,7 +574,7 @@ func TestValidateReportsFieldPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lab.Clusters[0].Workers.Min, lab.Clusters[0].Workers.Max = 2, 1
+	lab.Clusters[0].Pools[0].Min, lab.Clusters[0].Pools[0].Max = 2, 1
 	errs := config.Validate(lab)
 	if len(errs) != 1 || errs[0].Error() != "clusters[0].workers.max: must be >= workers.min (2), got 1" {
 		t.Errorf("Validate = %v", errs)

@@ -41,7 +41,7 @@ var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 // Problems of shape (unknown fields, wrong types, pasted secrets) come back
 // as shape, with the lab decoded without the fields they name, so that
 // validation can report its own problems beside them.
-func decode(file string, data []byte) (*Lab, lines, ErrorList, error) {
+func decode(file string, data []byte) (*File, lines, ErrorList, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		msg := "the config is empty; run 'labctl config init' to write a starter lab.yaml"
 		if file != "stdin" && file != "" {
@@ -68,12 +68,12 @@ func decode(file string, data []byte) (*Lab, lines, ErrorList, error) {
 	// Aliases let a short file name a huge tree; a budget of visits keeps
 	// the walk linear in the size of the file.
 	w := walker{file: file, lines: lines{"": root.Line}, budget: 8*len(data) + 10000}
-	w.walk(root, reflect.TypeOf(Lab{}), "")
+	w.walk(root, reflect.TypeOf(File{}), "")
 	if w.budget < 0 {
 		return nil, nil, nil, w.errs.capped()
 	}
-	var lab Lab
-	if err := root.Decode(&lab); err != nil {
+	var f File
+	if err := root.Decode(&f); err != nil {
 		// The walk checks shapes and types first, and takes out what it
 		// reports, so this is a backstop.
 		if len(w.errs) > 0 {
@@ -85,7 +85,7 @@ func decode(file string, data []byte) (*Lab, lines, ErrorList, error) {
 	// What the walk reported was taken out of the tree, so the rest is
 	// decoded and validated too: config validate reports every problem at
 	// once, not the unknown fields first and the others on the next run.
-	return &lab, w.lines, w.errs, nil
+	return &f, w.lines, w.errs, nil
 }
 
 // oneDocument rejects a second YAML document after the lab, which dec
@@ -278,19 +278,6 @@ func (w *walker) bad(n *yaml.Node, path, format string, args ...any) {
 
 var secretRefType = reflect.TypeOf(SecretRef{})
 
-// noZero are numbers that take a default when left out, but where a written
-// 0 asks for something labctl cannot do. Defaulting it would hide that.
-var noZero = map[string]string{
-	"clusters[].memoryAdjustment":       "must be a percentage between 1 and 1000 (100 means no overcommit), got 0; 0 would turn off CAPMOX's memory check, leave the field out for the default 100",
-	"clusters[].controlPlane.replicas":  "must be an odd number (1, 3 or 5) so etcd keeps quorum, got 0",
-	"clusters[].workers.max":            "must be at least 1 so the autoscaler can add a worker, got 0",
-	"clusters[].workers.size.cpus":      "must be between 1 and 512, got 0",
-	"clusters[].pools[].max":            "must be at least 1 so the autoscaler can add a worker, got 0",
-	"clusters[].pools[].size.cpus":      "must be between 1 and 512, got 0",
-	"clusters[].controlPlane.size.cpus": "must be between 1 and 512, got 0",
-	"management.size.cpus":              "must be between 1 and 512, got 0",
-}
-
 var index = regexp.MustCompile(`\[\d+\]`)
 
 func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
@@ -406,15 +393,14 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			w.bad(n, path, "must be a whole number, got %s", describe(n))
 			return
 		}
-		i, err := strconv.Atoi(n.Value)
-		msg, noZeroHere := noZero[index.ReplaceAllString(path, "[]")]
+		// A written 0 where a left-out number takes a default is the
+		// conversion's to refuse: the field is a pointer (v1alpha1.go).
+		_, err := strconv.Atoi(n.Value)
 		switch {
 		case err != nil:
 			w.bad(n, path, "must be a whole number, got %s", shown(n.Value))
 		case n.Tag == "!!str":
 			w.bad(n, path, "must be a whole number, got the string %s; write it without quotes", shown(n.Value))
-		case i == 0 && noZeroHere:
-			w.bad(n, path, "%s", msg)
 		}
 	case reflect.Bool:
 		switch {

@@ -124,12 +124,6 @@ func SetDefaults(lab *Lab, pins versions.Pins) {
 			// A Kamaji control plane is pods, not VMs: it has no size.
 			defaultSize(&c.ControlPlane.Size, defaultCPSize)
 		}
-		if len(c.Pools) == 0 {
-			if c.Workers.Max == 0 && c.Workers.Min == 0 {
-				c.Workers.Max = defaultWorkersMax
-			}
-			defaultSize(&c.Workers.Size, defaultWorkerSize)
-		}
 		for j := range c.Pools {
 			p := &c.Pools[j]
 			if len(p.Hypervisors) == 0 && c.Hypervisor != "" {

@@ -145,13 +145,21 @@ func readBounded(r io.Reader, name string) ([]byte, error) {
 // Parse decodes, defaults and validates one lab document. file names it in
 // errors.
 func Parse(file string, data []byte) (*Lab, error) {
-	lab, lines, shape, err := decode(file, data)
+	f, lines, shape, err := decode(file, data)
 	if err != nil {
 		return nil, err
 	}
 	pins, err := versions.Get()
 	if err != nil {
 		return nil, err
+	}
+	lab, forms := convert(f)
+	for _, e := range forms {
+		// Problems of the file's form are like the decoder's: validation
+		// sees the field as left out and says nothing more of it.
+		e.File = file
+		e.Line, e.absent = lines.lookup(e.Field)
+		shape = shape.collect(e)
 	}
 	SetDefaults(lab, pins)
 	// Every problem in file order, the decoder's and validation's
@@ -189,12 +197,13 @@ func reported(shape ErrorList, field string) bool {
 	return false
 }
 
-// Marshal writes a lab as YAML that Parse reads back to the same lab.
+// Marshal writes a lab as lab.yaml (FileOf), YAML that Parse reads back
+// to the same lab.
 func Marshal(lab *Lab) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
-	if err := enc.Encode(lab); err != nil {
+	if err := enc.Encode(FileOf(lab)); err != nil {
 		return nil, fmt.Errorf("writing lab config: %w", err)
 	}
 	if err := enc.Close(); err != nil {

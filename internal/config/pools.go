@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -12,15 +13,13 @@ import (
 // LibvirtMachineTemplate takes at most 253 characters there.
 const maxVolumeName = 253
 
-// pools checks the cluster's worker pools (workers, or pools) and returns
-// how many workers they may reach together, for the node range.
+// pools checks the cluster's worker pools and returns how many workers
+// they may reach together, for the node range.
 func (v *validator) pools(cp *field.Path, c *Cluster, h *Hypervisor) int {
-	if len(c.Pools) == 0 {
-		v.workers(cp.Child("workers"), c.Workers)
-		return c.Workers.Max
-	}
-	if w := c.Workers; w.Min != 0 || w.Max != 0 || w.Size != (Size{}) || len(w.Labels) > 0 || len(w.Taints) > 0 {
-		v.add(cp.Child("workers"), "is set together with pools; a cluster has either workers (one pool) or pools: move it into pools as '- name: %s' or drop it", DefaultPool)
+	if c.workersForm && len(c.Pools) == 1 {
+		// The file's workers: the cluster's own hypervisor and template.
+		v.workers(cp.Child("workers"), &c.Pools[0])
+		return c.Pools[0].Max
 	}
 	total := 0
 	names := map[string]int{}
@@ -37,7 +36,7 @@ func (v *validator) pools(cp *field.Path, c *Cluster, h *Hypervisor) int {
 		if md := c.Name + "-" + p.Name; len(md) > 63 && dnsLabel.MatchString(p.Name) {
 			v.add(pp.Child("name"), "makes the MachineDeployment name %s, %d characters; shorten the pool or cluster name to at most 63 together", md, len(md))
 		}
-		v.workers(pp, p.Workers())
+		v.workers(pp, p)
 		v.poolHypervisors(pp, c, h, p)
 		total += p.Max
 	}
@@ -45,14 +44,9 @@ func (v *validator) pools(cp *field.Path, c *Cluster, h *Hypervisor) int {
 }
 
 // workers checks a pool's bounds, size, labels and taints.
-func (v *validator) workers(p *field.Path, w Workers) {
-	if w.Min < 0 {
-		v.add(p.Child("min"), "must be 0 or more, got %d", w.Min)
-	}
-	if w.Max < w.Min {
-		v.add(p.Child("max"), "must be >= %s.min (%d), got %d", lastName(p.String()), w.Min, w.Max)
-	} else if w.Max < 1 {
-		v.add(p.Child("max"), "must be at least 1 so the autoscaler can add a worker, got %d", w.Max)
+func (v *validator) workers(p *field.Path, w *Pool) {
+	for _, b := range CheckBounds(w.Min, w.Max, lastName(p.String())+".min") {
+		v.add(p.Child(b.Field), "%s", b.Msg)
 	}
 	v.size(p.Child("size"), w.Size, 1, 1<<30)
 	v.workerLabels(p, w)
@@ -82,7 +76,7 @@ func (v *validator) poolHypervisors(pp *field.Path, c *Cluster, ch *Hypervisor, 
 		if h == nil {
 			continue
 		}
-		if why := ClustersOn(h); why != "" {
+		if why := WhyNoClustersOn(h); why != "" {
 			v.add(ip, "%s", why)
 			continue
 		}
@@ -184,8 +178,39 @@ func (v *validator) imageVolume(name string) string {
 
 // maxWhat names what the node range must hold workers for.
 func maxWhat(c *Cluster) string {
-	if len(c.Pools) == 0 {
+	if c.workersForm {
 		return "workers.max"
 	}
 	return fmt.Sprintf("the pools' max together (%d pools)", len(c.Pools))
+}
+
+var taintEffects = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
+
+// labelOK checks a label (or taint) key and value with Kubernetes' own
+// rules, the ones the API server applies to a Node. (A hand-written regexp
+// for the key, with its {0,251} repeat, cost every labctl start 2 ms to
+// compile.)
+func labelOK(key, value string) bool {
+	return len(validation.IsQualifiedName(key)) == 0 && len(validation.IsValidLabelValue(value)) == 0
+}
+
+// workerLabels checks a pool's labels (key=value) and taints
+// (key[=value]:Effect), which kubelet registers and the autoscaler's
+// scale-from-zero annotations repeat.
+func (v *validator) workerLabels(p *field.Path, w *Pool) {
+	for i, l := range w.Labels {
+		k, val, ok := strings.Cut(l, "=")
+		if !ok || !labelOK(k, val) {
+			v.add(p.Child("labels").Index(i), "%q is not a node label key=value, e.g. labctl.dev/pool=workers", l)
+		} else if strings.Contains(k, "kubernetes.io/") && !strings.HasPrefix(k, "node.kubernetes.io/") {
+			v.add(p.Child("labels").Index(i), "%q: kubelet may not set labels under kubernetes.io except node.kubernetes.io/; use your own prefix", l)
+		}
+	}
+	for i, t := range w.Taints {
+		kv, effect, ok := strings.Cut(t, ":")
+		k, val, _ := strings.Cut(kv, "=")
+		if !ok || !labelOK(k, val) || !oneOf(effect, taintEffects) {
+			v.add(p.Child("taints").Index(i), "%q is not a taint key[=value]:Effect with Effect one of %s, e.g. dedicated=batch:NoSchedule", t, strings.Join(taintEffects, ", "))
+		}
+	}
 }

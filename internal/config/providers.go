@@ -30,7 +30,7 @@ func (lab *Lab) Providers() OptionalProviders {
 			p.Kamaji, p.ClusterTopology = true, true
 		}
 		hvs := []string{c.Hypervisor}
-		for _, pool := range c.WorkerPools() {
+		for _, pool := range c.Pools {
 			hvs = append(hvs, pool.Hypervisors...)
 		}
 		for _, name := range hvs {

@@ -120,7 +120,7 @@ func (v *validator) freeTenantPort() int {
 // LibvirtCluster).
 func (v *validator) kamajiPools(cp *field.Path, c *Cluster) {
 	kinds := map[bool][]string{} // libvirt? -> pool names
-	for _, p := range c.WorkerPools() {
+	for _, p := range c.Pools {
 		if len(p.Hypervisors) == 0 {
 			continue
 		}
@@ -140,7 +140,7 @@ func (v *validator) kamajiPools(cp *field.Path, c *Cluster) {
 // "proxmox" or "kvm" (the ClusterClass it is made from). Validation
 // keeps a tenant's pools on one platform.
 func (l *Lab) TenantPlatform(c *Cluster) string {
-	for _, p := range c.WorkerPools() {
+	for _, p := range c.Pools {
 		if len(p.Hypervisors) == 0 {
 			continue
 		}

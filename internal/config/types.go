@@ -8,18 +8,20 @@ const (
 	Kind       = "Lab"
 )
 
-// Lab is the whole lab: hypervisors, network, the management VM, node
-// images, workload clusters and scale-test settings.
+// Lab is the model of a lab: hypervisors, network, the management VM,
+// node images, workload clusters and scale-test settings, in one form
+// each and with the defaults filled in. lab.yaml is read as a File and
+// converted (v1alpha1.go); every command reads this.
 type Lab struct {
-	APIVersion  string       `yaml:"apiVersion" json:"apiVersion"`
-	Kind        string       `yaml:"kind" json:"kind"`
-	Metadata    Metadata     `yaml:"metadata" json:"metadata"`
-	Hypervisors []Hypervisor `yaml:"hypervisors" json:"hypervisors"`
-	Network     Network      `yaml:"network" json:"network"`
-	Management  Management   `yaml:"management" json:"management"`
-	Images      []Image      `yaml:"images,omitempty" json:"images,omitempty"`
-	Clusters    []Cluster    `yaml:"clusters,omitempty" json:"clusters,omitempty"`
-	ScaleTest   ScaleTest    `yaml:"scaleTest" json:"scaleTest"`
+	APIVersion  string
+	Kind        string
+	Metadata    Metadata
+	Hypervisors []Hypervisor
+	Network     Network
+	Management  Management
+	Images      []Image
+	Clusters    []Cluster
+	ScaleTest   ScaleTest
 }
 
 // Metadata names the lab. The name keys its state folder and VM tags.
@@ -120,25 +122,21 @@ type Network struct {
 	DNS     []string `yaml:"dns" json:"dns"`
 }
 
-// Management is the k3s VM that runs Cluster API and the autoscalers.
+// Management is the k3s VM that runs Cluster API and the autoscalers
+// (FileManagement documents the fields).
 type Management struct {
-	Hypervisor string `yaml:"hypervisor" json:"hypervisor"`
-	// Node is the Proxmox node; empty for libvirt.
-	Node string `yaml:"node,omitempty" json:"node,omitempty"`
-	Name string `yaml:"name" json:"name"`
-	// VMID is the Proxmox VM id; 0 picks a free one in the hypervisor's vmidRange.
-	VMID int `yaml:"vmid,omitempty" json:"vmid,omitempty"`
-	// IP is a static address in network.cidr; empty means DHCP (libvirt only).
-	IP         string     `yaml:"ip,omitempty" json:"ip,omitempty"`
-	Size       Size       `yaml:"size" json:"size"`
-	K3sVersion string     `yaml:"k3sVersion" json:"k3sVersion"`
-	Image      CloudImage `yaml:"image" json:"image"`
-	User       string     `yaml:"user" json:"user"`
-	// SSHPublicKeys are inline public keys; SSHPublicKeyFile a path to one.
-	SSHPublicKeys    []string `yaml:"sshPublicKeys,omitempty" json:"sshPublicKeys,omitempty"`
-	SSHPublicKeyFile string   `yaml:"sshPublicKeyFile,omitempty" json:"sshPublicKeyFile,omitempty"`
-	// Stack tunes what 'labctl mgmt install' puts on the cluster.
-	Stack Stack `yaml:"stack,omitempty" json:"stack,omitempty"`
+	Hypervisor       string
+	Node             string
+	Name             string
+	VMID             int
+	IP               string
+	Size             Size
+	K3sVersion       string
+	Image            CloudImage
+	User             string
+	SSHPublicKeys    []string
+	SSHPublicKeyFile string
+	Stack            Stack
 }
 
 // Stack is the management stack: cert-manager, cluster-api-operator, the
@@ -197,9 +195,9 @@ type CloudImage struct {
 
 // Size is a VM's CPU, memory and disk. Memory and disk are quantities (2Gi).
 type Size struct {
-	CPUs   int    `yaml:"cpus" json:"cpus"`
-	Memory string `yaml:"memory" json:"memory"`
-	Disk   string `yaml:"disk" json:"disk"`
+	CPUs   int
+	Memory string
+	Disk   string
 }
 
 // Image is a node VM template built by image-builder.
@@ -231,29 +229,27 @@ func (img Image) TemplateTags() []string {
 	return []string{"labctl", "labctl-image-" + img.Name, "kubernetes-" + img.KubernetesVersion}
 }
 
-// Cluster is a workload cluster made of Cluster API objects.
+// Cluster is a workload cluster made of Cluster API objects
+// (FileCluster documents the fields). Its workers are Pools only: the
+// file's workers is the pool named workers.
 type Cluster struct {
-	Name              string       `yaml:"name" json:"name"`
-	Hypervisor        string       `yaml:"hypervisor" json:"hypervisor"`
-	AllowedNodes      []string     `yaml:"allowedNodes,omitempty" json:"allowedNodes,omitempty"`
-	KubernetesVersion string       `yaml:"kubernetesVersion" json:"kubernetesVersion"`
-	ControlPlane      ControlPlane `yaml:"controlPlane" json:"controlPlane"`
-	// Workers is the one worker pool of a cluster, on its hypervisor.
-	// Set either workers or pools.
-	Workers Workers `yaml:"workers,omitempty" json:"workers,omitzero"`
-	// Pools are worker pools, each on hypervisors of its own: Proxmox
-	// (the cluster's) or libvirt hosts. Set either workers or pools.
-	Pools []Pool `yaml:"pools,omitempty" json:"pools,omitempty"`
-	// NodeIPRange is first-last, e.g. 192.168.4.40-192.168.4.59, inside network.cidr.
-	NodeIPRange string `yaml:"nodeIPRange" json:"nodeIPRange"`
-	PodCIDR     string `yaml:"podCIDR" json:"podCIDR"`
-	ServiceCIDR string `yaml:"serviceCIDR" json:"serviceCIDR"`
-	// MemoryAdjustment is CAPMOX schedulerHints.memoryAdjustment in percent.
-	MemoryAdjustment int      `yaml:"memoryAdjustment" json:"memoryAdjustment"`
-	Template         Template `yaml:"template" json:"template"`
-	CNI              CNI      `yaml:"cni" json:"cni"`
-	// Autoscaler is the cluster-autoscaler's scale-down profile.
-	Autoscaler Autoscaler `yaml:"autoscaler" json:"autoscaler"`
+	Name              string
+	Hypervisor        string
+	AllowedNodes      []string
+	KubernetesVersion string
+	ControlPlane      ControlPlane
+	Pools             []Pool
+	NodeIPRange       string
+	PodCIDR           string
+	ServiceCIDR       string
+	MemoryAdjustment  int
+	Template          Template
+	CNI               CNI
+	Autoscaler        Autoscaler
+
+	// workersForm is true when the file wrote the one pool as workers:
+	// errors name clusters[].workers, and config view writes it back so.
+	workersForm bool
 }
 
 // Autoscaler is the per-cluster cluster-autoscaler's timing: the owner's
@@ -281,84 +277,41 @@ const (
 )
 
 // ControlPlane is the cluster's control plane: kubeadm's VMs with a
-// kube-vip VIP (the default), or a Kamaji hosted control plane.
+// kube-vip VIP (the default), or a Kamaji hosted control plane
+// (FileControlPlane documents the fields).
 type ControlPlane struct {
-	// Provider is kubeadm (empty means kubeadm) or kamaji.
-	Provider string `yaml:"provider,omitempty" json:"provider,omitempty"`
-	// Endpoint is the kube-vip VIP: in network.cidr, outside nodeIPRange.
-	// Kubeadm only: a Kamaji control plane is reached at management.ip:port.
-	Endpoint string `yaml:"endpoint,omitempty" json:"endpoint,omitempty"`
-	// Port is a Kamaji control plane's API port on the management VM's
-	// address, where k3s's ServiceLB publishes it: one port per tenant.
-	// Kamaji only: a kubeadm control plane listens on 6443 at its VIP.
-	Port int `yaml:"port,omitempty" json:"port,omitempty"`
-	// Replicas are control-plane VMs (kubeadm: 1, 3 or 5) or the
-	// Kamaji control plane's pods.
-	Replicas int `yaml:"replicas" json:"replicas"`
-	// Size is a control-plane VM's size; kubeadm only.
-	Size Size `yaml:"size,omitempty" json:"size,omitzero"`
+	Provider string
+	Endpoint string
+	Port     int
+	Replicas int
+	Size     Size
 }
 
 // Kamaji reports whether the cluster's control plane is Kamaji's: the
 // cluster is a tenant.
 func (c *Cluster) Kamaji() bool { return c.ControlPlane.Provider == ControlPlaneKamaji }
 
-// Workers is the worker MachineDeployment: autoscaled between Min and Max
-// when Max > Min, a fixed Min workers otherwise.
-type Workers struct {
-	Min  int  `yaml:"min" json:"min"`
-	Max  int  `yaml:"max" json:"max"`
-	Size Size `yaml:"size" json:"size"`
-	// Labels are key=value node labels every worker registers with.
-	Labels []string `yaml:"labels,omitempty" json:"labels,omitempty"`
-	// Taints are key[=value]:Effect taints every worker registers with.
-	Taints []string `yaml:"taints,omitempty" json:"taints,omitempty"`
-}
-
-// Autoscaled reports whether the cluster-autoscaler owns the worker count.
-func (w Workers) Autoscaled() bool { return w.Max > w.Min }
-
 // DefaultPool is the name of the pool clusters[].workers describes.
 const DefaultPool = "workers"
 
 // Pool is one worker pool: a MachineDeployment autoscaled between Min and
-// Max (a fixed Min workers when Max <= Min) on its hypervisors.
+// Max (a fixed Min workers when Max <= Min) on its hypervisors, the
+// cluster's when the file names none (FilePool documents the fields).
 type Pool struct {
-	Name string `yaml:"name" json:"name"`
-	// Hypervisors are where the pool's machines go: the cluster's Proxmox
-	// hypervisor, or one or more libvirt hosts (the machines are spread
-	// by free memory). Empty means the cluster's hypervisor.
-	Hypervisors []string `yaml:"hypervisors,omitempty" json:"hypervisors,omitempty"`
-	Min         int      `yaml:"min" json:"min"`
-	Max         int      `yaml:"max" json:"max"`
-	Size        Size     `yaml:"size" json:"size"`
-	// Labels are key=value node labels every worker registers with.
-	Labels []string `yaml:"labels,omitempty" json:"labels,omitempty"`
-	// Taints are key[=value]:Effect taints every worker registers with.
-	Taints []string `yaml:"taints,omitempty" json:"taints,omitempty"`
+	Name        string
+	Hypervisors []string
+	Min         int
+	Max         int
+	Size        Size
+	Labels      []string
+	Taints      []string
 	// Template is the pool's node image when it differs from the
-	// cluster's (a libvirt pool of a Proxmox cluster: template.volume).
-	Template *Template `yaml:"template,omitempty" json:"template,omitempty"`
-}
-
-// Workers is the pool's size and bounds.
-func (p Pool) Workers() Workers {
-	return Workers{Min: p.Min, Max: p.Max, Size: p.Size, Labels: p.Labels, Taints: p.Taints}
+	// cluster's.
+	Template *Template
 }
 
 // Autoscaled reports whether the cluster-autoscaler owns the pool's count.
-func (p Pool) Autoscaled() bool { return p.Workers().Autoscaled() }
-
-// WorkerPools are the cluster's pools: pools, or the one workers
-// describes (named workers, on the cluster's hypervisor). Every use of
-// a cluster's workers goes through here.
-func (c *Cluster) WorkerPools() []Pool {
-	if len(c.Pools) > 0 {
-		return c.Pools
-	}
-	w := c.Workers
-	return []Pool{{Name: DefaultPool, Hypervisors: []string{c.Hypervisor}, Min: w.Min, Max: w.Max, Size: w.Size, Labels: w.Labels, Taints: w.Taints}}
-}
+func (p Pool) Autoscaled() bool { return Autoscaled(p.Min, p.Max) }
 
 // PoolTemplate is the node image of pool p: its own, else the cluster's.
 func (c *Cluster) PoolTemplate(p Pool) Template {

@@ -200,7 +200,7 @@ func View(ctx context.Context, o ViewOptions) error {
 	// from showing too.
 	lab = config.Redacted(lab)
 	if o.Output == "json" {
-		return o.IO.Print("json", lab, nil)
+		return o.IO.Print("json", config.FileOf(lab), nil)
 	}
 	data, err := config.Marshal(lab)
 	if err != nil {

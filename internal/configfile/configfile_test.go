@@ -15,12 +15,11 @@ import (
 )
 
 func testIO(out *os.File) (*ui.IO, *bytes.Buffer) {
-	var errBuf bytes.Buffer
-	s := &ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &errBuf}
+	s, _, _, errBuf := ui.Test()
 	if out != nil {
 		s.Out = out
 	}
-	return s, &errBuf
+	return s, errBuf
 }
 
 // TestInitTemplates writes each starter a user can ask for and checks what

@@ -11,7 +11,9 @@ import (
 
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
+	"github.com/labctl/labctl/internal/ui"
 )
 
 // ClusterFit is CAPMOX's memory arithmetic for one workload cluster:
@@ -19,15 +21,29 @@ import (
 // non-template VM (stopped ones too), then the control plane and as many
 // workers as fit, each on the node with the most room, as CAPMOX places them.
 type ClusterFit struct {
-	Cluster          string    `json:"cluster"`
-	Hypervisor       string    `json:"hypervisor"`
-	MemoryAdjustment int       `json:"memoryAdjustment"`
-	ControlPlanes    int       `json:"controlPlanes"`
-	ControlPlaneMiB  int       `json:"controlPlaneMiB"`
-	WorkerMiB        int       `json:"workerMiB"`
-	WantMaxWorkers   int       `json:"wantMaxWorkers"`
-	MaxWorkers       int       `json:"maxWorkers"`
-	Nodes            []NodeFit `json:"nodes"`
+	Cluster          string `json:"cluster"`
+	Hypervisor       string `json:"hypervisor"`
+	MemoryAdjustment int    `json:"memoryAdjustment"`
+	ControlPlanes    int    `json:"controlPlanes"`
+	ControlPlaneMiB  int    `json:"controlPlaneMiB"`
+	// WorkerMiB, WantMaxWorkers and MaxWorkers are the first pool's on
+	// the hypervisor (Pools has each); MaxWorkers is -1 when the control
+	// plane itself does not fit.
+	WorkerMiB      int       `json:"workerMiB"`
+	WantMaxWorkers int       `json:"wantMaxWorkers"`
+	MaxWorkers     int       `json:"maxWorkers"`
+	Pools          []PoolFit `json:"pools,omitempty"`
+	Nodes          []NodeFit `json:"nodes"`
+}
+
+// PoolFit is one worker pool of the cluster on the hypervisor: how many
+// of its workers fit once the control plane and the pools before it, at
+// their max, are placed.
+type PoolFit struct {
+	Pool           string `json:"pool"`
+	WorkerMiB      int    `json:"workerMiB"`
+	WantMaxWorkers int    `json:"wantMaxWorkers"`
+	MaxWorkers     int    `json:"maxWorkers"`
 }
 
 // NodeFit is one node's side of the arithmetic.
@@ -112,7 +128,12 @@ func (r *Report) checkOneProxmox(ctx context.Context, o Options, lab *config.Lab
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
-	d, err := proxmox.New(h, proxmox.Options{Warn: o.IO.Err, Timeout: timeout, Retries: 2, ConnectTimeout: min(timeout, proxmox.ConnectTimeout)})
+	po, err := drivers.ProxmoxOptions(&h)
+	var d *proxmox.Driver
+	if err == nil {
+		po.Warn, po.Timeout, po.Retries, po.ConnectTimeout = o.IO.Err, timeout, 2, min(timeout, proxmox.ConnectTimeout)
+		d, err = proxmox.New(po)
+	}
 	if err != nil {
 		r.add(prefix+" api", Fail, err.Error())
 		return
@@ -295,28 +316,20 @@ func mebibytes(q string) int {
 // itself (named <cluster>-...) are left out, so a running cluster is not
 // counted twice; the management VM is counted even before it exists.
 func Fit(lab *config.Lab, h config.Hypervisor, c config.Cluster, caps []hypervisor.NodeCapacity, vms []hypervisor.VM) ClusterFit {
-	// The workers of the cluster's first pool on h (pools on KVM hosts
-	// take no Proxmox memory); none when every pool is elsewhere.
-	var w config.Pool
-	for _, p := range c.WorkerPools() {
-		if len(p.Hypervisors) > 0 && p.Hypervisors[0] == h.Name {
-			w = p
-			break
-		}
-	}
 	cps := c.ControlPlane.Replicas
 	if c.Kamaji() {
 		cps = 0 // pods in the management cluster, not VMs on h
 	}
 	f := ClusterFit{Cluster: c.Name, Hypervisor: h.Name, MemoryAdjustment: c.MemoryAdjustment,
-		ControlPlanes: cps, ControlPlaneMiB: mebibytes(c.ControlPlane.Size.Memory),
-		WorkerMiB: mebibytes(w.Size.Memory), WantMaxWorkers: w.Max}
-	allowed := c.AllowedNodes
-	if len(allowed) == 0 {
-		for _, n := range h.Proxmox.Nodes {
-			allowed = append(allowed, n.Name)
+		ControlPlanes: cps, ControlPlaneMiB: mebibytes(c.ControlPlane.Size.Memory)}
+	// Every pool of the cluster on h (pools on KVM hosts take no Proxmox
+	// memory).
+	for _, p := range c.Pools {
+		if len(p.Hypervisors) > 0 && p.Hypervisors[0] == h.Name {
+			f.Pools = append(f.Pools, PoolFit{Pool: p.Name, WorkerMiB: mebibytes(p.Size.Memory), WantMaxWorkers: p.Max})
 		}
 	}
+	allowed := lab.AllowedNodes(&c)
 	m := lab.Management
 	mgmtExists := slices.ContainsFunc(vms, func(v hypervisor.VM) bool { return v.Name == m.Name && v.Lab == lab.Metadata.Name })
 	for _, cp := range caps {
@@ -362,13 +375,23 @@ func Fit(lab *config.Lab, h config.Hypervisor, c config.Cluster, caps []hypervis
 			return f
 		}
 	}
-	for f.MaxWorkers < 100000 && place(f.WorkerMiB) {
-		f.MaxWorkers++
+	for i := range f.Pools {
+		p := &f.Pools[i]
+		// How many fit, on what the earlier pools at their max leave.
+		left := slices.Clone(free)
+		for p.MaxWorkers < 100000 && place(p.WorkerMiB) {
+			p.MaxWorkers++
+		}
+		free = left
+		for range p.WantMaxWorkers {
+			place(p.WorkerMiB)
+		}
+	}
+	if len(f.Pools) > 0 {
+		f.WorkerMiB, f.WantMaxWorkers, f.MaxWorkers = f.Pools[0].WorkerMiB, f.Pools[0].WantMaxWorkers, f.Pools[0].MaxWorkers
 	}
 	return f
 }
-
-func gib(mib int) string { return fmt.Sprintf("%.1f GiB", float64(mib)/1024) }
 
 func (r *Report) checkFit(lab *config.Lab, h config.Hypervisor, c config.Cluster, caps []hypervisor.NodeCapacity, vms []hypervisor.VM) {
 	name := fmt.Sprintf("cluster %s memory", c.Name)
@@ -378,17 +401,28 @@ func (r *Report) checkFit(lab *config.Lab, h config.Hypervisor, c config.Cluster
 	sort.Slice(f.Nodes, func(i, j int) bool { return f.Nodes[i].Node < f.Nodes[j].Node })
 	for _, n := range f.Nodes {
 		per = append(per, fmt.Sprintf("%s: %s × %d%% = %s reservable − %s reserved (%d stopped VMs count too) = %s free",
-			n.Node, gib(n.TotalMiB), f.MemoryAdjustment, gib(n.ReservableMiB), gib(n.ReservedMiB), n.StoppedVMs, gib(n.FreeMiB)))
+			n.Node, ui.GiB(n.TotalMiB), f.MemoryAdjustment, ui.GiB(n.ReservableMiB), ui.GiB(n.ReservedMiB), n.StoppedVMs, ui.GiB(n.FreeMiB)))
 	}
 	if f.MaxWorkers < 0 {
 		r.add(name, Fail, fmt.Sprintf("the control plane (%d × %s) does not fit: %s. Fix: raise clusters[%s].memoryAdjustment or delete VMs",
-			f.ControlPlanes, gib(f.ControlPlaneMiB), strings.Join(per, "; "), c.Name))
+			f.ControlPlanes, ui.GiB(f.ControlPlaneMiB), strings.Join(per, "; "), c.Name))
 		return
 	}
-	detail := fmt.Sprintf("max workers that fit: %d of %s (workers.max %d); %s", f.MaxWorkers, gib(f.WorkerMiB), f.WantMaxWorkers, strings.Join(per, "; "))
-	if f.MaxWorkers < f.WantMaxWorkers {
-		r.add(name, Fail, detail+fmt.Sprintf(". Fix: lower clusters[%s].workers.max to %d, raise memoryAdjustment, or delete stopped VMs", c.Name, f.MaxWorkers))
-		return
+	status, details, fixes := OK, []string{}, []string{}
+	for _, p := range f.Pools {
+		field, max := "workers.max", "workers.max"
+		if len(f.Pools) > 1 || p.Pool != config.DefaultPool {
+			field, max = "pools["+p.Pool+"].max", "pool "+p.Pool+" max"
+		}
+		details = append(details, fmt.Sprintf("max workers that fit: %d of %s (%s %d)", p.MaxWorkers, ui.GiB(p.WorkerMiB), max, p.WantMaxWorkers))
+		if p.MaxWorkers < p.WantMaxWorkers {
+			status = Fail
+			fixes = append(fixes, fmt.Sprintf("lower clusters[%s].%s to %d", c.Name, field, p.MaxWorkers))
+		}
 	}
-	r.add(name, OK, detail)
+	detail := strings.Join(append(details, strings.Join(per, "; ")), "; ")
+	if status == Fail {
+		detail += ". Fix: " + strings.Join(fixes, ", ") + ", raise memoryAdjustment, or delete stopped VMs"
+	}
+	r.add(name, status, detail)
 }

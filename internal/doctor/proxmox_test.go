@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
 	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/testing/testbed"
@@ -178,5 +179,34 @@ func TestDoctorProxmoxPrintsFingerprintToPin(t *testing.T) {
 	c := check(t, r, "proxmox pve api")
 	if c.Status != Fail || !strings.Contains(c.Detail, "SHA-256 fingerprint "+proxmox.Fingerprint(srv.Certificate())) || !strings.Contains(c.Detail, "tls.fingerprint") {
 		t.Errorf("unpinned self-signed certificate: %s %s", c.Status, c.Detail)
+	}
+}
+
+// Every pool of a cluster on the hypervisor takes its memory: the second
+// pool fits in what the control plane and the first pool, at its max,
+// leave.
+func TestFitReadsEveryPool(t *testing.T) {
+	h := config.Hypervisor{Name: "pve", Proxmox: &config.Proxmox{Nodes: []config.PVENode{{Name: "pv1-1"}}}}
+	lab := &config.Lab{Hypervisors: []config.Hypervisor{h}, Management: config.Management{Hypervisor: "elsewhere"}}
+	c := config.Cluster{Name: "lab1", Hypervisor: "pve", MemoryAdjustment: 100,
+		ControlPlane: config.ControlPlane{Replicas: 1, Size: config.Size{Memory: "4Gi"}},
+		Pools: []config.Pool{
+			{Name: "small", Hypervisors: []string{"pve"}, Max: 3, Size: config.Size{Memory: "2Gi"}},
+			{Name: "kvm", Hypervisors: []string{"kvm1"}, Max: 9, Size: config.Size{Memory: "64Gi"}},
+			{Name: "big", Hypervisors: []string{"pve"}, Max: 3, Size: config.Size{Memory: "4Gi"}},
+		}}
+	caps := []hypervisor.NodeCapacity{{Node: "pv1-1", MemoryMiB: 20480}}
+	// 20480 − 4096 control plane = 16384: 8 small workers fit; after the
+	// small pool's 3, 10240 is left: 2 big workers, not 3.
+	f := Fit(lab, h, c, caps, nil)
+	want := []PoolFit{{Pool: "small", WorkerMiB: 2048, WantMaxWorkers: 3, MaxWorkers: 8}, {Pool: "big", WorkerMiB: 4096, WantMaxWorkers: 3, MaxWorkers: 2}}
+	if !slices.Equal(f.Pools, want) {
+		t.Errorf("pools = %+v, want %+v (the KVM pool takes no Proxmox memory)", f.Pools, want)
+	}
+	r := &Report{}
+	r.checkFit(lab, h, c, caps, nil)
+	if ch := check(t, r, "cluster lab1 memory"); ch.Status != Fail || !strings.Contains(ch.Detail, "lower clusters[lab1].pools[big].max to 2") ||
+		!strings.Contains(ch.Detail, "max workers that fit: 8 of 2.0 GiB (pool small max 3)") {
+		t.Errorf("%s %s", ch.Status, ch.Detail)
 	}
 }

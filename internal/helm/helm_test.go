@@ -2,7 +2,6 @@ package helm_test
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,20 +30,9 @@ func ctx(t *testing.T) context.Context {
 func counting(cfg *rest.Config) (*rest.Config, *atomic.Int64) {
 	var n atomic.Int64
 	c := rest.CopyConfig(cfg)
-	c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return rtFunc(func(r *http.Request) (*http.Response, error) {
-			if kube.IsWrite(r) {
-				n.Add(1)
-			}
-			return rt.RoundTrip(r)
-		})
-	}
+	c.WrapTransport = testbed.CountWrites(&n)
 	return c, &n
 }
-
-type rtFunc func(*http.Request) (*http.Response, error)
-
-func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func certManager(repoURL string) helm.Release {
 	return helm.Release{

@@ -37,14 +37,9 @@ type Template struct {
 // List prints the labctl-tagged templates of every Proxmox hypervisor,
 // and the node image volumes of every libvirt host.
 func List(ctx context.Context, o ListOptions) error {
-	lab := o.Lab
 	rows := []Template{}
-	for _, h := range lab.Hypervisors {
-		list := listOne
-		if h.Libvirt != nil {
-			list = listVolumes
-		}
-		ts, err := list(ctx, o, h.Name)
+	for _, h := range o.Lab.Hypervisors {
+		ts, err := listHost(ctx, o, h.Name)
 		if err != nil {
 			return err
 		}
@@ -69,38 +64,36 @@ type VolumeLister interface {
 	VolumeNames(ctx context.Context) ([]string, error)
 }
 
-// listVolumes lists the volumes of libvirt host name that are node images
-// of lab.yaml's images: 'image build' names them <image>-<version>.qcow2.
-func listVolumes(ctx context.Context, o ListOptions, name string) ([]Template, error) {
+func listHost(ctx context.Context, o ListOptions, name string) ([]Template, error) {
 	drv, err := o.Driver(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = drivers.Close(drv) }()
-	vl, ok := drv.(VolumeLister)
-	if !ok {
-		return nil, nil
-	}
-	names, err := vl.VolumeNames(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("hypervisor %s: %w", name, err)
-	}
-	var out []Template
-	for _, img := range o.Lab.Images {
-		if !slices.Contains(img.Hosts, name) || !slices.Contains(names, img.VolumeName()) {
-			continue
-		}
-		out = append(out, Template{Hypervisor: name, Name: img.VolumeName(), Image: img.Name, Kubernetes: img.KubernetesVersion, Tags: []string{}})
-	}
-	return out, nil
+	return HostImages(ctx, o.Lab, drv)
 }
 
-func listOne(ctx context.Context, o ListOptions, name string) ([]Template, error) {
-	drv, err := o.Driver(ctx, name)
-	if err != nil {
-		return nil, err
+// HostImages are the node images on the hypervisor drv drives: the
+// templates tagged labctl on Proxmox, and on a libvirt host the volumes
+// of its pool that are node images of lab.yaml's images ('image build'
+// names them <image>-<version>.qcow2). 'labctl status' reads them through
+// the driver it already holds.
+func HostImages(ctx context.Context, lab *config.Lab, drv hypervisor.Driver) ([]Template, error) {
+	name := drv.Name()
+	if vl, ok := drv.(VolumeLister); ok {
+		names, err := vl.VolumeNames(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("hypervisor %s: %w", name, err)
+		}
+		var out []Template
+		for _, img := range lab.Images {
+			if !slices.Contains(img.Hosts, name) || !slices.Contains(names, img.VolumeName()) {
+				continue
+			}
+			out = append(out, Template{Hypervisor: name, Name: img.VolumeName(), Image: img.Name, Kubernetes: img.KubernetesVersion, Tags: []string{}})
+		}
+		return out, nil
 	}
-	defer func() { _ = drivers.Close(drv) }()
 	tm, ok := drv.(Templater)
 	if !ok {
 		return nil, nil

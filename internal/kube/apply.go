@@ -57,6 +57,21 @@ func (r Ref) String() string {
 	return r.GVK.Kind + " " + r.Namespace + "/" + r.Name
 }
 
+// API is the part of Client the use cases that read and patch Cluster API
+// objects call (cluster list and scale): the seam before the API server,
+// as clusterctl's fake proxy is (cmd/clusterctl/internal/test). Their
+// rules get millisecond tests against kubefake.Client; the tests against
+// a real API server drive Client.
+type API interface {
+	Host() string
+	Serves(gvk schema.GroupVersionKind) (bool, error)
+	Get(ctx context.Context, ref Ref) (obj *unstructured.Unstructured, found bool, err error)
+	List(ctx context.Context, gvk schema.GroupVersionKind, namespace, selector string) ([]unstructured.Unstructured, error)
+	Apply(ctx context.Context, objs []*unstructured.Unstructured, o ApplyOptions) ([]Change, error)
+}
+
+var _ API = (*Client)(nil)
+
 // Change is what Apply did, or Plan would do, to one object.
 type Change struct {
 	Ref    Ref

@@ -3,7 +3,6 @@ package kube_test
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -70,20 +69,9 @@ metadata:
 // from c.
 func countWrites(c *kube.Client) *atomic.Int64 {
 	var n atomic.Int64
-	c.WrapTransport(func(rt http.RoundTripper) http.RoundTripper {
-		return rtFunc(func(r *http.Request) (*http.Response, error) {
-			if kube.IsWrite(r) {
-				n.Add(1)
-			}
-			return rt.RoundTrip(r)
-		})
-	})
+	c.WrapTransport(testbed.CountWrites(&n))
 	return &n
 }
-
-type rtFunc func(*http.Request) (*http.Response, error)
-
-func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func parse(t *testing.T, s string) []*unstructured.Unstructured {
 	t.Helper()

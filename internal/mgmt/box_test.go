@@ -204,7 +204,7 @@ func checkLibvirtProviderRuns(t *testing.T, b *box.Box, labctl string) {
 	if p.Image.Binary != labctl || len(p.Args) < 2 || p.Args[0] != "provider" || p.Args[1] != "libvirt" {
 		t.Errorf("the libvirt provider's process is %s %v, want %s provider libvirt ...", p.Image.Binary, p.Args, labctl)
 	}
-	// Leader election is the provider's own (client-go, a Lease in the
+	// Leader election is the provider's manager's (a Lease in the
 	// namespace its Deployment names): a holder means it got past its
 	// cache and started reconciling.
 	deadline := time.Now().Add(time.Minute)

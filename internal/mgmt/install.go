@@ -42,6 +42,18 @@ const (
 // ChartModes lists the values --charts takes.
 var ChartModes = []ChartMode{Auto, HelmController, HelmSDK}
 
+// Check is the one check of a --charts value; "" means Auto.
+func (m ChartMode) Check() error {
+	if m == "" || slices.Contains(ChartModes, m) {
+		return nil
+	}
+	names := make([]string, len(ChartModes))
+	for i, c := range ChartModes {
+		names[i] = string(c)
+	}
+	return fmt.Errorf("--charts %q: must be one of %s", string(m), strings.Join(names, ", "))
+}
+
 // DefaultTimeout bounds each component's readiness wait.
 const DefaultTimeout = 10 * time.Minute
 
@@ -123,11 +135,11 @@ func newInstaller(ctx context.Context, o InstallOptions) (*installer, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
+	if err := o.Charts.Check(); err != nil {
+		return nil, err
+	}
 	if o.Charts == "" {
 		o.Charts = Auto
-	}
-	if !slices.Contains(ChartModes, o.Charts) {
-		return nil, fmt.Errorf("--charts %q: must be one of auto, helm-controller, helm-sdk", o.Charts)
 	}
 	if o.Output != "" && o.Output != "text" && !o.DryRun {
 		return nil, fmt.Errorf("-o %s prints the objects of a dry run; add --dry-run", o.Output)
@@ -209,13 +221,11 @@ func newHelm(kc *kube.Client, io *ui.IO, verbose int) *helm.Client {
 
 const helmChartCRD = "helmcharts.helm.cattle.io"
 
+// detectMode turns asked, a mode newInstaller checked, into the one the
+// cluster takes.
 func detectMode(ctx context.Context, kc *kube.Client, asked ChartMode) (ChartMode, error) {
-	switch asked {
-	case HelmSDK:
+	if asked == HelmSDK {
 		return HelmSDK, nil
-	case Auto, HelmController:
-	default:
-		return "", fmt.Errorf("--charts %q: must be one of auto, helm-controller, helm-sdk", asked)
 	}
 	d, err := kc.CRD(ctx, helmChartCRD)
 	if err != nil {

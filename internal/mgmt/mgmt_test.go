@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,22 +67,9 @@ func newBed(t testing.TB, sets ...string) *bed {
 
 // bedFor gives a fresh counting client for env, as a new labctl run has.
 func bedFor(env *testbed.Env) *bed {
-	c := kube.NewForConfig(env.Config, env.Kubeconfig)
-	var n atomic.Int64
-	c.WrapTransport(func(rt http.RoundTripper) http.RoundTripper {
-		return rtFunc(func(r *http.Request) (*http.Response, error) {
-			if kube.IsWrite(r) {
-				n.Add(1)
-			}
-			return rt.RoundTrip(r)
-		})
-	})
-	return &bed{env: env, client: c, writes: &n}
+	c, n := testbed.CountingClient(env)
+	return &bed{env: env, client: c, writes: n}
 }
-
-type rtFunc func(*http.Request) (*http.Response, error)
-
-func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 type out struct{ stdout, stderr bytes.Buffer }
 

@@ -5,14 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
 	"github.com/labctl/labctl/internal/cloudinit"
-	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/ui"
-	"github.com/labctl/labctl/internal/versions"
 )
 
 // StackInstaller is 'labctl mgmt install' as the last step of mgmt up:
@@ -34,25 +30,9 @@ var _ Installer = (*StackInstaller)(nil)
 // auto-deploy folder, the same files 'mgmt install --emit-k3s-manifests'
 // writes. They hold no secret.
 func (s *StackInstaller) K3sManifests(lab *config.Lab) ([]cloudinit.File, error) {
-	comps, err := components.Build(lab, versions.MustGet(), components.Options{OfflineDir: lab.Management.Stack.OfflineDir})
+	files, err := K3sManifests(lab, lab.Management.Stack.OfflineDir)
 	if err != nil {
 		return nil, fmt.Errorf("the management stack's charts: %w", err)
-	}
-	var files []cloudinit.File
-	for _, c := range comps {
-		if c.Chart == nil {
-			continue
-		}
-		obj, err := c.Chart.HelmChart()
-		if err != nil {
-			return nil, err
-		}
-		data, err := kube.MarshalYAML([]*unstructured.Unstructured{obj})
-		if err != nil {
-			return nil, err
-		}
-		data = append([]byte(fmt.Sprintf("# %s %s for k3s's helm-controller, written by labctl.\n", c.Name, c.Version)), data...)
-		files = append(files, cloudinit.File{Path: "labctl-" + c.Chart.Release.Name + ".yaml", Content: data})
 	}
 	return files, nil
 }

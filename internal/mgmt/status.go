@@ -46,6 +46,23 @@ var ErrNotReady = errors.New("the management stack is not ready")
 // prints a table (or JSON/YAML). It returns ErrNotReady when any
 // component is not ready. It only reads, and needs no secret.
 func Status(ctx context.Context, o StatusOptions) (*Report, error) {
+	r, err := ReadStatus(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.IO.Print(o.Output, r, func(w io.Writer) error { return WriteStatus(o.IO, w, r) }); err != nil {
+		return r, err
+	}
+	if !r.Ready {
+		return r, ErrNotReady
+	}
+	return r, nil
+}
+
+// ReadStatus reads every component of the stack back from the cluster,
+// as Status does, and prints nothing: 'labctl status' shows the same
+// report in its own screen.
+func ReadStatus(ctx context.Context, o StatusOptions) (*Report, error) {
 	comps, err := components.Build(o.Lab, versions.MustGet(), components.Options{IgnoreOffline: true})
 	if err != nil {
 		return nil, err
@@ -79,16 +96,11 @@ func Status(ctx context.Context, o StatusOptions) (*Report, error) {
 		r.Components = append(r.Components, st)
 		r.Ready = r.Ready && st.Ready
 	}
-	if err := o.IO.Print(o.Output, r, func(w io.Writer) error { return writeStatus(o.IO, w, r) }); err != nil {
-		return r, err
-	}
-	if !r.Ready {
-		return r, ErrNotReady
-	}
 	return r, nil
 }
 
-func writeStatus(s *ui.IO, w io.Writer, r *Report) error {
+// WriteStatus prints r as the table of 'mgmt status'.
+func WriteStatus(s *ui.IO, w io.Writer, r *Report) error {
 	st := s.Styles(w)
 	rows := make([][]string, 0, len(r.Components))
 	for _, c := range r.Components {

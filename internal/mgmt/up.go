@@ -278,9 +278,9 @@ func (u *UpRun) Steps() []step.Step {
 	)
 }
 
-// lookVM asks the hypervisor for the management VM now, as a step's
+// findVMNow asks the hypervisor for the management VM now, as a step's
 // plan must, and remembers it when it exists.
-func (u *UpRun) lookVM(ctx context.Context) (hypervisor.VM, bool, error) {
+func (u *UpRun) findVMNow(ctx context.Context) (hypervisor.VM, bool, error) {
 	vm, err := u.drv.FindVM(ctx, u.lab.Metadata.Name, u.lab.Management.Name)
 	if errors.Is(err, hypervisor.ErrNotFound) {
 		return hypervisor.VM{}, false, nil
@@ -292,10 +292,10 @@ func (u *UpRun) lookVM(ctx context.Context) (hypervisor.VM, bool, error) {
 	return vm, true, nil
 }
 
-// theVM is the management VM for a step that acts on it: the one a step
+// requireVM is the management VM for a step that acts on it: the one a step
 // made or found, else looked up.
-func (u *UpRun) theVM(ctx context.Context) (hypervisor.VM, error) {
-	vm, found, err := u.vm.Get(ctx, u.lookVM)
+func (u *UpRun) requireVM(ctx context.Context) (hypervisor.VM, error) {
+	vm, found, err := u.vm.Get(ctx, u.findVMNow)
 	if err == nil && !found {
 		err = fmt.Errorf("VM %s of lab %s is not on %s", u.lab.Management.Name, u.lab.Metadata.Name, u.drv.Name())
 	}
@@ -312,7 +312,7 @@ func (u *UpRun) cloudImage(ctx context.Context) (hypervisor.Image, error) {
 }
 
 func (u *UpRun) planImage(ctx context.Context) ([]string, error) {
-	if _, ok, err := u.lookVM(ctx); ok || err != nil {
+	if _, ok, err := u.findVMNow(ctx); ok || err != nil {
 		return nil, err // the VM exists: its image is not needed again
 	}
 	img, err := u.drv.FindImage(ctx, u.image)
@@ -336,7 +336,7 @@ func (u *UpRun) applyImage(ctx context.Context) error {
 }
 
 func (u *UpRun) planCreate(ctx context.Context) ([]string, error) {
-	if _, ok, err := u.lookVM(ctx); ok || err != nil {
+	if _, ok, err := u.findVMNow(ctx); ok || err != nil {
 		return nil, err
 	}
 	m := u.lab.Management
@@ -374,7 +374,7 @@ func (u *UpRun) applyCreate(ctx context.Context) error {
 }
 
 func (u *UpRun) planStart(ctx context.Context) ([]string, error) {
-	vm, ok, err := u.lookVM(ctx)
+	vm, ok, err := u.findVMNow(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +385,7 @@ func (u *UpRun) planStart(ctx context.Context) ([]string, error) {
 }
 
 func (u *UpRun) applyStart(ctx context.Context) error {
-	vm, err := u.theVM(ctx)
+	vm, err := u.requireVM(ctx)
 	if err != nil {
 		return err
 	}
@@ -414,7 +414,7 @@ func (u *UpRun) address(ctx context.Context) (netip.Addr, error) {
 		if u.static.IsValid() {
 			return u.static.Addr(), true, nil
 		}
-		vm, err := u.theVM(ctx)
+		vm, err := u.requireVM(ctx)
 		if err != nil {
 			return netip.Addr{}, false, err
 		}

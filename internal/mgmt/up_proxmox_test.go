@@ -19,13 +19,13 @@ import (
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
 	"golang.org/x/crypto/ssh"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
@@ -61,34 +61,23 @@ func proxmoxLab(t *testing.T, srv *pvetest.Server) *config.Lab {
 // proxmoxLabYAML is the owner's lab.yaml on loopback, aimed at srv.
 func proxmoxLabYAML(t *testing.T, srv *pvetest.Server) []byte {
 	t.Helper()
-	raw, err := os.ReadFile("../../examples/lab.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	pve := doc["hypervisors"].([]any)[0].(map[string]any)["proxmox"].(map[string]any)
-	pve["url"] = srv.URL
-	// The fake serves a certificate of the test CA (pveTLS); CAPMOX can
-	// verify only against a CA, never pin a fingerprint.
-	caFile := filepath.Join(t.TempDir(), "pve-root-ca.pem")
-	if err := os.WriteFile(caFile, pveCA(t).PEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	pve["tls"] = map[string]any{"caFile": caFile}
-	doc["network"] = map[string]any{"cidr": "127.0.0.0/24", "gateway": "127.0.0.254", "vlan": 4, "dns": []string{"127.0.0.254"}}
-	m := doc["management"].(map[string]any)
-	m["ip"] = "127.0.0.1"
-	m["sshPublicKeyFile"] = userKeyOf(t).pubFile
-	sum := sha256.Sum256(pveImage)
-	m["image"] = map[string]any{"url": pveImageURL, "checksum": "sha256:" + hex.EncodeToString(sum[:])}
-	delete(doc, "images")
-	delete(doc, "clusters")
-	out, _ := yaml.Marshal(doc)
-	t.Setenv("PVE_TOKEN_SECRET", srv.Secret)
-	return out
+	return testbed.OwnerLab(t, srv.URL, srv.Secret, func(doc, pve map[string]any) {
+		// The fake serves a certificate of the test CA (pveTLS); CAPMOX can
+		// verify only against a CA, never pin a fingerprint.
+		caFile := filepath.Join(t.TempDir(), "pve-root-ca.pem")
+		if err := os.WriteFile(caFile, pveCA(t).PEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		pve["tls"] = map[string]any{"caFile": caFile}
+		doc["network"] = map[string]any{"cidr": "127.0.0.0/24", "gateway": "127.0.0.254", "vlan": 4, "dns": []string{"127.0.0.254"}}
+		m := doc["management"].(map[string]any)
+		m["ip"] = "127.0.0.1"
+		m["sshPublicKeyFile"] = userKeyOf(t).pubFile
+		sum := sha256.Sum256(pveImage)
+		m["image"] = map[string]any{"url": pveImageURL, "checksum": "sha256:" + hex.EncodeToString(sum[:])}
+		delete(doc, "images")
+		delete(doc, "clusters")
+	})
 }
 
 type pveBed struct {
@@ -127,6 +116,19 @@ func pveTLS(t *testing.T) pvetest.Option {
 	return pvetest.WithCertificate(cert)
 }
 
+// options are the driver options for h, with short retries and polls,
+// logging to b.log.
+func (b *pveBed) options(t *testing.T, h config.Hypervisor) proxmox.Options {
+	t.Helper()
+	o, err := drivers.ProxmoxOptions(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Warn, o.Log = &b.log, &b.log
+	o.Timeout, o.Backoff, o.MaxBackoff = 2*time.Second, 5*time.Millisecond, 50*time.Millisecond
+	return o
+}
+
 func newPVEBed(t *testing.T, kc []byte) *pveBed {
 	t.Helper()
 	b := &pveBed{srv: pvetest.New(t, pvetest.WithAddr("127.0.0.2:0"), pveTLS(t),
@@ -136,8 +138,9 @@ func newPVEBed(t *testing.T, kc []byte) *pveBed {
 	b.guest = sshtest.Start(t, "ubuntu", userKey(t))
 	b.guest.HostKeyFrom(b.seedHostKey(t))
 	b.guest.ServeFiles(func(p string) ([]byte, bool) { return kc, p == "/etc/rancher/k3s/k3s.yaml" })
-	d, err := proxmox.New(b.lab.Hypervisors[0], proxmox.Options{Warn: &b.log, Log: &b.log, Verbose: 9,
-		Timeout: 2 * time.Second, Backoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	o := b.options(t, b.lab.Hypervisors[0])
+	o.Verbose = 9
+	d, err := proxmox.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,8 +415,9 @@ func TestUpOnProxmoxConnectsFirst(t *testing.T) {
 	p := *h.Proxmox
 	p.URL = "https://" + hung.Addr
 	h.Proxmox = &p
-	d, err := proxmox.New(h, proxmox.Options{Warn: &b.log, Log: &b.log, ConnectTimeout: 500 * time.Millisecond,
-		Timeout: 2 * time.Second, Backoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	o := b.options(t, h)
+	o.ConnectTimeout = 500 * time.Millisecond
+	d, err := proxmox.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

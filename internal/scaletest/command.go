@@ -45,11 +45,11 @@ func Command(ctx context.Context, o CommandOptions) error {
 		return err
 	}
 	// The cluster's first pool: the one config checks the workload against.
-	pool := c.WorkerPools()[0]
+	pool := c.Pools[0]
 	so := Options{
 		IO: o.IO, Cluster: c.Name, Config: o.Lab.ScaleTest, Scenario: o.Scenario, Chart: o.Chart,
 		MgmtNamespace: clusterapi.Namespace(c.Name), MachineDeployment: clusterapi.PoolMachineDeploymentName(c.Name, pool.Name),
-		PodsPerWorker: PodsPerWorker(pool.Size.CPUs, o.Lab.ScaleTest.Workload),
+		PodsPerWorker: PodsPerWorker(pool.Size.CPUs, o.Lab.ScaleTest.Workload), Pool: pool.Name,
 	}
 	if o.DryRun {
 		lines, err := Plan(so)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/ui"
 )
@@ -67,6 +68,17 @@ type Options struct {
 	// PodsPerWorker is how many inflate pods one worker holds (see
 	// PodsPerWorker); 0 means 1.
 	PodsPerWorker int
+	// Pool is the pool's name, which its Nodes carry in labctl's pool
+	// label; empty counts every worker Node as the pool's.
+	Pool string
+}
+
+// nodeSelector selects the pool's Nodes.
+func (o Options) nodeSelector() string {
+	if o.Pool == "" {
+		return ""
+	}
+	return clusterapi.LabelPool + "=" + o.Pool
 }
 
 // PodsPerWorker is how many inflate pods fit on a worker with cpus CPUs:
@@ -206,6 +218,11 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if sel := o.nodeSelector(); sel != "" {
+		// Only the tested pool's workers may hold them: another pool's
+		// (a KVM pool at its min) would take the pods without a scale-up.
+		pod.Spec.NodeSelector = map[string]string{clusterapi.LabelPool: o.Pool}
+	}
 	kc, err := kubernetes.NewForConfig(o.Workload)
 	if err != nil {
 		return nil, fmt.Errorf("workload cluster %s: %w", o.Cluster, err)
@@ -224,7 +241,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	t := &tester{o: o, kc: kc, w: newWatcher(), status: o.IO.NewStatus(), pod: pod}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	if err := t.w.start(watchCtx, dc, kc, target{ns: o.MgmtNamespace, md: o.MachineDeployment, podNS: Namespace, podLabels: AppLabel + "=" + AppName}); err != nil {
+	if err := t.w.start(watchCtx, dc, kc, target{ns: o.MgmtNamespace, md: o.MachineDeployment, podNS: Namespace, podLabels: AppLabel + "=" + AppName, nodeLabels: o.nodeSelector()}); err != nil {
 		return nil, err
 	}
 	rep = &Report{Cluster: o.Cluster, Pass: true}

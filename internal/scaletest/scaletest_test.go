@@ -98,8 +98,8 @@ func (b *bed) options(io *ui.IO, scenario string, c config.ScaleTest, chart stri
 }
 
 func testIO() (*ui.IO, *bytes.Buffer, *bytes.Buffer) {
-	out, errb := &bytes.Buffer{}, &bytes.Buffer{}
-	return &ui.IO{In: strings.NewReader(""), Out: out, Err: errb}, out, errb
+	io, _, out, errb := ui.Test()
+	return io, out, errb
 }
 
 // inflateLeft lists inflate pods still in the workload cluster.

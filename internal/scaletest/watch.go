@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/labctl/labctl/internal/clusterapi"
+	"github.com/labctl/labctl/internal/kube"
 )
 
 // Resources watched in the management cluster: clusterapi's.
@@ -153,6 +154,9 @@ type target struct {
 	ns, md    string // management namespace and MachineDeployment
 	podNS     string // workload namespace of the inflate pods
 	podLabels string
+	// nodeLabels selects the pool's Nodes: a cluster's other pools
+	// keep theirs (a KVM pool at its min) and are not this pool's.
+	nodeLabels string
 }
 
 // start runs the informers until ctx ends and returns once every cache
@@ -166,7 +170,8 @@ func (w *watcher) start(ctx context.Context, mgmt dynamic.Interface, wl kubernet
 	})
 	podF := informers.NewSharedInformerFactoryWithOptions(wl, 0, informers.WithNamespace(t.podNS),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = t.podLabels }))
-	nodeF := informers.NewSharedInformerFactory(wl, 0)
+	nodeF := informers.NewSharedInformerFactoryWithOptions(wl, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = t.nodeLabels }))
 
 	handlers := []struct {
 		inf cache.SharedIndexInformer
@@ -215,7 +220,7 @@ func (w *watcher) start(ctx context.Context, mgmt dynamic.Interface, wl kubernet
 				delete(s.nodes, n.Name)
 				return
 			}
-			s.nodes[n.Name] = nodeReady(n)
+			s.nodes[n.Name] = kube.NodeReady(n)
 		})},
 	}
 	for _, h := range handlers {
@@ -280,13 +285,4 @@ func machineProvisioned(u *unstructured.Unstructured) bool {
 	}
 	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
 	return phase == "Provisioned" || phase == "Running"
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

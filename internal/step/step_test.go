@@ -20,8 +20,8 @@ var durations = regexp.MustCompile(`(?m)^([✓✗!] .*[( ])[0-9]+(\.[0-9])?(ms|s
 // with durations replaced by D.
 func run(t *testing.T, ctx context.Context, r step.Runner, steps []step.Step) (string, error) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	r.IO = &ui.IO{Out: &out, Err: &errOut}
+	io, _, out, errOut := ui.Test()
+	r.IO = io
 	err := r.Run(ctx, steps)
 	if out.Len() != 0 {
 		t.Errorf("runner wrote to stdout: %q", out.String())
@@ -296,6 +296,22 @@ func TestRunNoEscapesWithoutColor(t *testing.T) {
 	}
 }
 
+// Progress reaches only the runner whose step's ctx it is given: with a
+// context that carries no runner it shows nowhere (and does not panic).
 func TestProgressWithoutRunner(t *testing.T) {
-	step.Progress(context.Background(), "nobody listens (%d)", 1) // must not panic
+	step.Progress(context.Background(), "nobody listens (%d)", 1)
+	errOut := &bytes.Buffer{}
+	r := step.Runner{IO: &ui.IO{Out: &bytes.Buffer{}, Err: errOut, Animate: true}}
+	err := r.Run(context.Background(), []step.Step{{Name: "wait for k3s", Apply: func(ctx context.Context) error {
+		step.Progress(context.Background(), "nobody listens (%d)", 2)
+		step.Progress(ctx, "k3s answers (%d)", 3)
+		return nil
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := errOut.String()
+	if strings.Contains(got, "nobody listens") || !strings.Contains(got, "wait for k3s: k3s answers (3)") {
+		t.Errorf("progress without a runner shown, or the step's own missing: %q", got)
+	}
 }

@@ -4,6 +4,7 @@ package ui
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +49,15 @@ func System() *IO {
 	}
 	s.Animate = s.ErrTTY && s.Color && os.Getenv("CI") == ""
 	return s
+}
+
+// Test returns an IO over buffers, for tests, as gh's iostreams.Test():
+// stdin (empty until the test writes to it), stdout and stderr. No stream
+// is a terminal and there is no colour; a test sets the fields it needs
+// otherwise (InTTY, ErrTTY, Color, or Err = Out for one combined log).
+func Test() (s *IO, in, out, errOut *bytes.Buffer) {
+	in, out, errOut = &bytes.Buffer{}, &bytes.Buffer{}, &bytes.Buffer{}
+	return &IO{In: in, Out: out, Err: errOut}, in, out, errOut
 }
 
 // Plain turns off animation and colour on every stream, as --no-color does.

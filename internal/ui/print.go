@@ -44,3 +44,6 @@ func (s *IO) Print(format string, v any, text func(w io.Writer) error) error {
 	}
 	return nil
 }
+
+// GiB writes a MiB figure as GiB with one decimal: 29.2 GiB.
+func GiB(mib int) string { return fmt.Sprintf("%.1f GiB", float64(mib)/1024) }

@@ -37,8 +37,13 @@ func OpenLogged(ctx context.Context, lab *config.Lab, name string, log io.Writer
 		}
 		return d, nil
 	case h.Proxmox != nil:
+		o, err := ProxmoxOptions(h)
+		if err != nil {
+			return nil, err
+		}
 		// Warnings (TLS verification off) go to stderr, like logs.
-		return proxmox.New(*h, proxmox.Options{Warn: log, Log: log, Verbose: verbose})
+		o.Warn, o.Log, o.Verbose = log, log, verbose
+		return proxmox.New(o)
 	}
 	return nil, fmt.Errorf("hypervisor %s: neither proxmox nor libvirt is set in lab.yaml", name)
 }
@@ -62,6 +67,20 @@ func LibvirtOptions(lab *config.Lab, h *config.Hypervisor) libvirt.Options {
 		o.Gateway = g
 	}
 	return o
+}
+
+// ProxmoxOptions maps a Proxmox hypervisor of lab.yaml to driver options,
+// with the token secret read from the env variable or file lab.yaml
+// names. The tuning options are left zero, for the driver's defaults.
+func ProxmoxOptions(h *config.Hypervisor) (proxmox.Options, error) {
+	if h.Proxmox == nil {
+		return proxmox.Options{}, fmt.Errorf("hypervisors[%s]: not a Proxmox hypervisor", h.Name)
+	}
+	secret, err := h.ReadTokenSecret()
+	if err != nil {
+		return proxmox.Options{}, err
+	}
+	return proxmox.Options{Name: h.Name, Endpoint: *h.Proxmox, TokenSecret: secret}, nil
 }
 
 // Close closes a driver that holds a connection.

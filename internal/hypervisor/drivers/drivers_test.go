@@ -2,6 +2,7 @@ package drivers
 
 import (
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,6 +33,35 @@ func TestLibvirtOptions(t *testing.T) {
 	}
 	if o.Subnet != netip.MustParsePrefix("10.213.0.0/24") || o.Gateway != netip.MustParseAddr("10.213.0.1") {
 		t.Errorf("the lab network does not define the NAT network: %v %v", o.Subnet, o.Gateway)
+	}
+}
+
+// ProxmoxOptions reads the token secret through config's one reader,
+// from the env variable or the file the hypervisor names, and passes the
+// endpoint on.
+func TestProxmoxOptionsReadTheSecret(t *testing.T) {
+	h := config.Hypervisor{Name: "pve", Proxmox: &config.Proxmox{URL: "https://127.0.0.1:8006", TokenID: "root@pam!labctl",
+		TokenSecret: config.SecretRef{Env: "PVE_TOKEN_SECRET"}}}
+	t.Setenv("PVE_TOKEN_SECRET", "")
+	os.Unsetenv("PVE_TOKEN_SECRET")
+	_, err := ProxmoxOptions(&h)
+	if err == nil || !strings.Contains(err.Error(), "hypervisors[pve].proxmox.tokenSecret.env") || !strings.Contains(err.Error(), "export PVE_TOKEN_SECRET=") {
+		t.Errorf("unset env: %v", err)
+	}
+	p := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(p, []byte("s3cr3t-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.Proxmox.TokenSecret = config.SecretRef{File: p}
+	o, err := ProxmoxOptions(&h)
+	if err != nil || o.TokenSecret != "s3cr3t-from-file" {
+		t.Errorf("file secret: %v", err)
+	}
+	if o.Name != "pve" || o.Endpoint.URL != "https://127.0.0.1:8006" || o.Endpoint.TokenID != "root@pam!labctl" {
+		t.Errorf("the endpoint is not passed on: %+v", o.Endpoint)
+	}
+	if _, err := ProxmoxOptions(&config.Hypervisor{Name: "kvm", Libvirt: &config.Libvirt{}}); err == nil || !strings.Contains(err.Error(), "hypervisors[kvm]: not a Proxmox hypervisor") {
+		t.Errorf("a libvirt hypervisor: %v", err)
 	}
 }
 

@@ -25,8 +25,20 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor/common"
 )
 
-// Options tune a Driver. Zero values take the defaults.
+// Options say which Proxmox VE endpoint a Driver reaches, with what
+// token, and how it behaves; drivers.ProxmoxOptions maps lab.yaml's
+// hypervisor to them, as drivers.LibvirtOptions does for libvirt. Zero
+// tuning values take the defaults.
 type Options struct {
+	// Name is the hypervisor's name in lab.yaml; errors name its fields.
+	Name string
+	// Endpoint is the hypervisor's proxmox section: URL, token id, TLS
+	// trust, nodes and VM id range.
+	Endpoint config.Proxmox
+	// TokenSecret is the API token's secret itself, read from where
+	// lab.yaml says it is kept. It is sent only in the Authorization
+	// header and never written to Log.
+	TokenSecret string
 	// Warn receives warnings, e.g. that TLS verification is off.
 	Warn io.Writer
 	// Log receives request traces: each request from Verbose 1, its body
@@ -210,8 +222,9 @@ func (l logger) Debugf(format string, args ...any) {
 var _ pve.LeveledLoggerInterface = logger{}
 
 // newClient builds the go-proxmox client for one hypervisor.
-func newClient(name string, p *config.Proxmox, secret string, o Options) (*pve.Client, *http.Client, error) {
-	tc, err := tlsConfig(name, p.TLS, o.Warn)
+func newClient(o Options) (*pve.Client, *http.Client, error) {
+	p, secret := o.Endpoint, o.TokenSecret
+	tc, err := tlsConfig(o.Name, p.TLS, o.Warn)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -24,7 +24,7 @@ func TestConnectSilentAPI(t *testing.T) {
 	var buf bytes.Buffer
 	o := fastOptions(t, srv, &buf)
 	o.ConnectTimeout = 300 * time.Millisecond
-	d, err := New(h, o)
+	d, err := newFor(h, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestConnectRefusedAndToken(t *testing.T) {
 	var buf bytes.Buffer
 	o := fastOptions(t, srv, &buf)
 	t.Setenv("PVE_TOKEN_SECRET", "wrong-secret")
-	d, err = New(h, o)
+	d, err = newFor(h, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -353,7 +353,7 @@ func TestSeedBuilderSeam(t *testing.T) {
 		got = ci
 		return fakeISO(string(ci.UserData)), nil
 	}
-	d, err := New(hv(srv), o)
+	d, err := newFor(hv(srv), o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,10 +41,22 @@ func fastOptions(t testing.TB, srv *pvetest.Server, buf *bytes.Buffer) Options {
 		MaxBackoff: 40 * time.Millisecond}
 }
 
+// newFor is New for hypervisor h of lab.yaml, its secret read as
+// drivers.ProxmoxOptions reads it (drivers imports this package, so its
+// tests cannot import drivers).
+func newFor(h config.Hypervisor, o Options) (*Driver, error) {
+	secret, err := h.ReadTokenSecret()
+	if err != nil {
+		return nil, err
+	}
+	o.Name, o.Endpoint, o.TokenSecret = h.Name, *h.Proxmox, secret
+	return New(o)
+}
+
 func newDriver(t *testing.T, srv *pvetest.Server, h config.Hypervisor) (*Driver, *bytes.Buffer) {
 	t.Helper()
 	var buf bytes.Buffer
-	d, err := New(h, fastOptions(t, srv, &buf))
+	d, err := newFor(h, fastOptions(t, srv, &buf))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -168,7 +168,7 @@ func BenchmarkMgmtUpRequests(b *testing.B) {
 		// Production timing: polls start at 50 ms and double.
 		o := fastOptions(b, srv, &buf)
 		o.Backoff, o.MaxBackoff, o.Verbose = 0, 0, 0
-		d, err := New(hv(srv), o)
+		d, err := newFor(hv(srv), o)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -53,7 +53,7 @@ func TestTLSCAFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Proxmox.TLS.CAFile = filepath.Join(t.TempDir(), "missing.pem")
-	if _, err := New(h, fastOptions(t, srv, &bytes.Buffer{})); err == nil || !strings.Contains(err.Error(), "hypervisors[pve].proxmox.tls.caFile") {
+	if _, err := newFor(h, fastOptions(t, srv, &bytes.Buffer{})); err == nil || !strings.Contains(err.Error(), "hypervisors[pve].proxmox.tls.caFile") {
 		t.Errorf("missing CA file: %v", err)
 	}
 }
@@ -71,23 +71,11 @@ func TestInsecureSkipVerifyWarns(t *testing.T) {
 	}
 }
 
-// New reads the token secret through config's one reader, from the env
-// variable or the file the hypervisor names.
-func TestNewReadsTheSecretFromEnvOrFile(t *testing.T) {
-	h := config.Hypervisor{Name: "pve", Proxmox: &config.Proxmox{URL: "https://127.0.0.1:8006", TokenID: "root@pam!labctl",
-		TokenSecret: config.SecretRef{Env: "PVE_TOKEN_SECRET"}}}
-	t.Setenv("PVE_TOKEN_SECRET", "")
-	os.Unsetenv("PVE_TOKEN_SECRET")
-	_, err := New(h, Options{})
-	if err == nil || !strings.Contains(err.Error(), "hypervisors[pve].proxmox.tokenSecret.env") || !strings.Contains(err.Error(), "export PVE_TOKEN_SECRET=") {
-		t.Errorf("unset env: %v", err)
-	}
-	p := filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(p, []byte("s3cr3t-from-file\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h.Proxmox.TokenSecret = config.SecretRef{File: p}
-	d, err := New(h, Options{})
+// New sends the token as PVE's API token header: the token id and the
+// secret drivers.ProxmoxOptions read (TestProxmoxOptionsReadTheSecret).
+func TestNewSendsTheToken(t *testing.T) {
+	d, err := New(Options{Name: "pve", Endpoint: config.Proxmox{URL: "https://127.0.0.1:8006", TokenID: "root@pam!labctl"},
+		TokenSecret: "s3cr3t-from-file"})
 	if err != nil || d.auth != "PVEAPIToken=root@pam!labctl=s3cr3t-from-file" {
 		t.Errorf("file secret: %v", err)
 	}
@@ -112,7 +100,7 @@ func TestSecretNeverInOutput(t *testing.T) {
 	wrong := hv(srv)
 	o := fastOptions(t, srv, buf)
 	t.Setenv("PVE_TOKEN_SECRET", srv.Secret+"-wrong")
-	bad, err := New(wrong, o)
+	bad, err := newFor(wrong, o)
 	if err != nil {
 		t.Fatal(err)
 	}

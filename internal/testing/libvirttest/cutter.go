@@ -22,6 +22,9 @@ import (
 type Cutter struct {
 	// After is how many calls go through; zero or less: all do.
 	After int
+	// Before, when not zero, cuts at the first call of this procedure
+	// instead, however many went before it.
+	Before uint32
 	// Cut is called in place of sending call After+1, with its
 	// procedure number (src/remote/remote_protocol.x). It should not
 	// return; if it does, that write fails.
@@ -102,7 +105,7 @@ func (w *cutConn) Write(p []byte) (int, error) {
 // run and returned).
 func (c *Cutter) pass(proc uint32) bool {
 	c.mu.Lock()
-	if c.After <= 0 || len(c.procs) < c.After {
+	if (c.Before != 0 && proc != c.Before) || (c.Before == 0 && (c.After <= 0 || len(c.procs) < c.After)) {
 		c.procs = append(c.procs, proc)
 		c.mu.Unlock()
 		return true

@@ -278,6 +278,18 @@ func (s *Server) AddStorage(node, storage, typ string, content ...string) {
 	s.nodes[node].Storages[storage] = &Storage{Name: storage, Type: typ, Content: content, Volumes: map[string]*Volume{}}
 }
 
+// AddVolume puts a volume on a node's storage, as a VM or an upload
+// would have left it: content iso or images, owned by vmid (0: none).
+func (s *Server) AddVolume(node, storage, volid, content string, vmid int, size int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	format := "raw"
+	if content == "iso" {
+		format = "iso"
+	}
+	s.nodes[node].Storages[storage].Volumes[volid] = &Volume{VolID: volid, Content: content, Format: format, Size: size, VMID: vmid}
+}
+
 // ServeURL makes download-url able to fetch body from url.
 func (s *Server) ServeURL(u string, body []byte) {
 	s.mu.Lock()
@@ -415,6 +427,14 @@ func (s *Server) HangRequests(method, tmpl string, n int) {
 // with exit status exit and leave no effect.
 func (s *Server) FailTasks(method, tmpl string, n int, exit string) {
 	s.addFault(&fault{method: method, tmpl: tmpl, times: n, taskExit: exit})
+}
+
+// ClearFaults drops every fault injected and not yet used up: the
+// cause is fixed.
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = nil
 }
 
 // CollideVMIDs makes the next n VM creates lose a race: just before each,

@@ -12,7 +12,8 @@ import (
 )
 
 // Labctl builds labctl from the checkout into the test's temporary folder,
-// as its image's binary is built (CGO_ENABLED=0), and returns its path:
+// as its image's binary is built (CGO_ENABLED=0, -tags provider: with
+// 'labctl provider libvirt'), and returns its path:
 // what the runner runs for labctl's own image (runner.Labctl). go uses the
 // module and build caches the test process started with, wherever the
 // test points HOME.
@@ -28,7 +29,7 @@ func Labctl(t testing.TB) string {
 	}
 	bin := filepath.Join(t.TempDir(), "labctl")
 	began := time.Now()
-	cmd := exec.CommandContext(t.Context(), goBin, "build", "-o", bin, ".")
+	cmd := exec.CommandContext(t.Context(), goBin, "build", "-tags", "provider", "-o", bin, ".")
 	cmd.Dir = root
 	cmd.Env = append(append(os.Environ(), upstream.GoEnv()...), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

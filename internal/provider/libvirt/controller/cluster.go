@@ -8,10 +8,13 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/annotations"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -46,7 +49,10 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if err := r.Client.Get(ctx, req.NamespacedName, lc); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	cluster, err := ownerCluster(ctx, r.Client, lc)
+	cluster, err := util.GetOwnerCluster(ctx, r.Client, lc.ObjectMeta)
+	if apierrors.IsNotFound(err) {
+		cluster, err = nil, nil
+	}
 	if err == nil && cluster == nil {
 		// A pool's LibvirtCluster gets no owner: its Cluster is the one
 		// its label names.
@@ -58,18 +64,18 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if cluster == nil && lc.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil // the Cluster controller sets the owner
 	}
-	if cluster != nil && (ptr.Deref(cluster.Spec.Paused, false) || hasPaused(lc)) {
+	if cluster != nil && annotations.IsPaused(cluster, lc) {
 		return reconcile.Result{}, nil
 	}
-	st := lc.Status.DeepCopy()
+	helper, err := patch.NewHelper(lc, r.Client)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("LibvirtCluster %s: %w", lc.Name, err)
+	}
 	defer func() {
-		if lc.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(lc, v1alpha1.ClusterFinalizer) {
-			return
-		}
-		base := lc.DeepCopy()
-		lc.Status = *st
-		if err := r.Client.Status().Patch(ctx, lc, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
-			reterr = errors.Join(reterr, fmt.Errorf("writing the status of LibvirtCluster %s: %w", lc.Name, err))
+		if err := helper.Patch(ctx, lc, patch.WithOwnedConditions{Conditions: []string{
+			v1alpha1.ReadyCondition, v1alpha1.HostsReachableCondition,
+		}}); err != nil {
+			reterr = errors.Join(reterr, fmt.Errorf("writing LibvirtCluster %s: %w", lc.Name, err))
 		}
 	}()
 	set := func(t string, ok bool, reason, format string, args ...any) {
@@ -77,9 +83,7 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		if ok {
 			status = metav1.ConditionTrue
 		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: t, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...), ObservedGeneration: lc.Generation,
-		})
+		conditions.Set(lc, metav1.Condition{Type: t, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...)})
 	}
 
 	if !lc.DeletionTimestamp.IsZero() {
@@ -93,18 +97,18 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req reconcile.Request
 			set(v1alpha1.ReadyCondition, false, v1alpha1.DeletingReason, "waiting for %d LibvirtMachines to be deleted", n)
 			return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 		}
-		base := lc.DeepCopy()
 		controllerutil.RemoveFinalizer(lc, v1alpha1.ClusterFinalizer)
-		return reconcile.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, lc, client.MergeFrom(base)))
+		return reconcile.Result{}, nil
 	}
-	if !controllerutil.ContainsFinalizer(lc, v1alpha1.ClusterFinalizer) {
-		base := lc.DeepCopy()
-		controllerutil.AddFinalizer(lc, v1alpha1.ClusterFinalizer)
-		if err := r.Client.Patch(ctx, lc, client.MergeFrom(base)); err != nil {
+	if controllerutil.AddFinalizer(lc, v1alpha1.ClusterFinalizer) {
+		if err := helper.Patch(ctx, lc); err != nil {
 			return reconcile.Result{}, fmt.Errorf("adding the finalizer to LibvirtCluster %s: %w", lc.Name, err)
 		}
-		lc.Status = *st
+		if helper, err = patch.NewHelper(lc, r.Client); err != nil {
+			return reconcile.Result{}, fmt.Errorf("LibvirtCluster %s: %w", lc.Name, err)
+		}
 	}
+	st := &lc.Status
 
 	st.FailureDomains = nil
 	for _, h := range lc.Spec.Hosts {

@@ -19,17 +19,6 @@ import (
 	"github.com/labctl/labctl/internal/redact"
 )
 
-// Keys of a host's credentials Secret: kubernetes.io/ssh-auth's key and
-// known_hosts for qemu+ssh; kubernetes.io/tls's keys and ca.crt for
-// qemu+tls.
-const (
-	KeySSHPrivateKey = corev1.SSHAuthPrivateKey // ssh-privatekey
-	KeyKnownHosts    = "known_hosts"
-	KeyCA            = "ca.crt"
-	KeyTLSCert       = corev1.TLSCertKey       // tls.crt
-	KeyTLSKey        = corev1.TLSPrivateKeyKey // tls.key
-)
-
 // defaultDialTimeout bounds reaching one host: a host that does not
 // answer must not hold a reconcile for libvirt's 20s.
 const defaultDialTimeout = 10 * time.Second
@@ -126,13 +115,13 @@ func (h Hosts) connect(ctx context.Context, lc *v1alpha1.LibvirtCluster, spec v1
 	}
 	switch transport(spec.URI) {
 	case "ssh":
-		if o.SSHKeyFile, err = write(KeySSHPrivateKey); err == nil {
-			o.KnownHostsFile, err = write(KeyKnownHosts)
+		if o.SSHKeyFile, err = write(v1alpha1.KeySSHPrivateKey); err == nil {
+			o.KnownHostsFile, err = write(v1alpha1.KeyKnownHosts)
 		}
 	case "tls":
-		if o.TLS.CAFile, err = write(KeyCA); err == nil {
-			if o.TLS.CertFile, err = write(KeyTLSCert); err == nil {
-				o.TLS.KeyFile, err = write(KeyTLSKey)
+		if o.TLS.CAFile, err = write(v1alpha1.KeyCA); err == nil {
+			if o.TLS.CertFile, err = write(v1alpha1.KeyTLSCert); err == nil {
+				o.TLS.KeyFile, err = write(v1alpha1.KeyTLSKey)
 			}
 		}
 	default:
@@ -171,7 +160,7 @@ func transport(uri string) string {
 
 func needs(uri string) []string {
 	if transport(uri) == "ssh" {
-		return []string{KeySSHPrivateKey, KeyKnownHosts}
+		return []string{v1alpha1.KeySSHPrivateKey, v1alpha1.KeyKnownHosts}
 	}
-	return []string{KeyCA, KeyTLSCert, KeyTLSKey}
+	return []string{v1alpha1.KeyCA, v1alpha1.KeyTLSCert, v1alpha1.KeyTLSKey}
 }

@@ -17,6 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/annotations"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -81,9 +83,12 @@ func (r *MachineReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if err := r.Client.Get(ctx, req.NamespacedName, lm); err != nil {
 		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
 	}
-	machine, err := ownerMachine(ctx, r.Client, lm)
-	if err != nil {
-		return reconcile.Result{}, err
+	machine, err := util.GetOwnerMachine(ctx, r.Client, lm.ObjectMeta)
+	switch {
+	case apierrors.IsNotFound(err):
+		machine = nil // gone: a deletion goes on without it
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("reading the Machine of LibvirtMachine %s: %w", lm.Name, err)
 	}
 	if machine == nil && lm.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil // the Machine controller sets the owner
@@ -96,187 +101,264 @@ func (r *MachineReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if cluster != nil && (ptr.Deref(cluster.Spec.Paused, false) || hasPaused(lm)) {
+	if cluster != nil && annotations.IsPaused(cluster, lm) {
 		return reconcile.Result{}, nil
 	}
 
-	st := lm.Status.DeepCopy()
+	m, err := newMachineScope(r.Client, lm)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	m.machine, m.cluster, m.lc, m.lab = machine, cluster, lc, lm.Namespace+"/"+clusterName
 	defer func() {
-		if err := r.patchStatus(ctx, lm, st); err != nil {
+		m.closeHosts()
+		if err := m.close(ctx); err != nil {
 			reterr = errors.Join(reterr, err)
 		}
 	}()
-	m := &machineScope{lm: lm, machine: machine, cluster: cluster, lc: lc, st: st, lab: lm.Namespace + "/" + clusterName}
 	if !lm.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, m)
+		return r.run(ctx, m, r.deletePhases())
 	}
-	if !controllerutil.ContainsFinalizer(lm, v1alpha1.MachineFinalizer) {
-		if err := r.patch(ctx, lm, func() { controllerutil.AddFinalizer(lm, v1alpha1.MachineFinalizer) }); err != nil {
+	if controllerutil.AddFinalizer(lm, v1alpha1.MachineFinalizer) {
+		if err := m.patch(ctx); err != nil {
 			return reconcile.Result{}, err
 		}
 		if err := r.step(StepFinalizerAdded); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
-	return r.reconcileNormal(ctx, m)
+	return r.run(ctx, m, r.normalPhases())
 }
 
-// machineScope is what one reconcile works on; st is the status it
-// writes back.
-type machineScope struct {
-	lm      *v1alpha1.LibvirtMachine
-	machine *clusterv1.Machine
-	cluster *clusterv1.Cluster
-	lc      *v1alpha1.LibvirtCluster
-	st      *v1alpha1.LibvirtMachineStatus
-	lab     string
-}
+// A phase is one step of a reconcile, as CAPMOX's ReconcileVM chains
+// them (internal/service/vmservice/vm.go). It looks at what exists first,
+// acts only when something is missing, and sets the condition's reason
+// when it stops the reconcile. requeue stops it there, to be looked at
+// again after Retry: it waits for something (an address, a host, room) or
+// failed in a way a retry may mend. An error stops it too, and is
+// retried with back-off.
+type phase func(ctx context.Context, m *machineScope) (requeue bool, err error)
 
-func (m *machineScope) condition(ok bool, reason, format string, args ...any) {
-	status := metav1.ConditionFalse
-	if ok {
-		status = metav1.ConditionTrue
+// normalPhases make a LibvirtMachine's domain and report it.
+func (r *MachineReconciler) normalPhases() []phase {
+	return []phase{
+		r.reconcileClusterInfrastructure, // WaitingForClusterInfrastructure
+		r.reconcileBootstrapReady,        // WaitingForBootstrapData
+		r.reconcileName,                  // ProvisioningFailed
+		r.reconcileAddress,               // WaitingForIPAddress, IPPoolExhausted, ProvisioningFailed
+		r.reconcileBootstrapData,         // ProvisioningFailed
+		r.reconcileHosts,                 // ProvisioningFailed, VirtualMachineNotFound, HostUnreachable
+		r.reconcilePlacement,             // NoHostWithRoom, ImageMissing, HostUnreachable
+		r.reconcileDomain,                // ProvisioningFailed
+		r.reconcilePowerState,            // ProvisioningFailed
+		r.reconcileProviderID,            // none: it writes spec.providerID
+		r.reconcileProvisioned,           // Provisioned (True)
 	}
-	msg := fmt.Sprintf(format, args...)
-	for _, t := range []string{v1alpha1.VirtualMachineProvisionedCondition, v1alpha1.ReadyCondition} {
-		meta.SetStatusCondition(&m.st.Conditions, metav1.Condition{
-			Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: m.lm.Generation,
-		})
-	}
 }
 
-func (r *MachineReconciler) reconcileNormal(ctx context.Context, m *machineScope) (reconcile.Result, error) {
+// deletePhases remove the domain, then the address, then the finalizer.
+func (r *MachineReconciler) deletePhases() []phase {
+	return []phase{r.deleteDomain, r.releaseAddress, r.removeFinalizer}
+}
+
+// run runs the phases in order until one stops.
+func (r *MachineReconciler) run(ctx context.Context, m *machineScope, phases []phase) (reconcile.Result, error) {
+	for _, p := range phases {
+		requeue, err := p(ctx, m)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if requeue {
+			return reconcile.Result{RequeueAfter: r.retry()}, nil
+		}
+	}
+	return reconcile.Result{}, nil
+}
+
+// reconcileClusterInfrastructure waits for the LibvirtCluster, and for
+// the Cluster's infrastructure: a LibvirtCluster the Cluster does not
+// reference reports its own provisioned flag.
+func (r *MachineReconciler) reconcileClusterInfrastructure(_ context.Context, m *machineScope) (bool, error) {
 	if m.lc == nil {
 		if n := m.lm.Annotations[v1alpha1.ClusterAnnotation]; n != "" {
 			m.condition(false, v1alpha1.WaitingForClusterInfrastructureReason, "LibvirtCluster %s (annotation %s) does not exist yet", n, v1alpha1.ClusterAnnotation)
-			return reconcile.Result{}, nil
+			return true, nil
 		}
 		m.condition(false, v1alpha1.WaitingForClusterInfrastructureReason, "the Cluster's LibvirtCluster does not exist yet")
-		return reconcile.Result{}, nil
+		return true, nil
 	}
-	// A LibvirtCluster the Cluster does not reference reports its own
-	// provisioned flag; the Cluster's infrastructure must be up as well.
 	if m.cluster == nil || !ptr.Deref(m.cluster.Status.Initialization.InfrastructureProvisioned, false) || !ptr.Deref(m.lc.Status.Initialization.Provisioned, false) {
 		m.condition(false, v1alpha1.WaitingForClusterInfrastructureReason, "waiting for LibvirtCluster %s to be provisioned", m.lc.Name)
-		return reconcile.Result{}, nil
+		return true, nil
 	}
+	return false, nil
+}
+
+// reconcileBootstrapReady waits for the Machine's bootstrap data.
+func (r *MachineReconciler) reconcileBootstrapReady(_ context.Context, m *machineScope) (bool, error) {
 	if m.machine.Spec.Bootstrap.DataSecretName == nil {
 		m.condition(false, v1alpha1.WaitingForBootstrapDataReason, "waiting for the Machine's bootstrap data (spec.bootstrap.dataSecretName)")
-		return reconcile.Result{}, nil
+		return true, nil
 	}
+	return false, nil
+}
+
+// reconcileName checks that the machine's name can name a domain.
+func (r *MachineReconciler) reconcileName(_ context.Context, m *machineScope) (bool, error) {
 	name, err := domainName(m.lm.Name)
 	if err != nil {
 		m.condition(false, v1alpha1.ProvisioningFailedReason, "%v", err)
-		return reconcile.Result{}, nil
+		return true, nil
 	}
+	m.name = name
+	return false, nil
+}
 
+// reconcileAddress claims the machine's address and waits until it is
+// bound (address).
+func (r *MachineReconciler) reconcileAddress(ctx context.Context, m *machineScope) (bool, error) {
 	addr, wait, err := r.address(ctx, m)
-	if err != nil {
-		return reconcile.Result{}, err
+	if err != nil || wait {
+		return wait, err
 	}
-	if wait {
-		return reconcile.Result{RequeueAfter: r.retry()}, nil
-	}
+	m.addr = addr
+	return false, nil
+}
+
+// reconcileBootstrapData reads the Machine's bootstrap data.
+func (r *MachineReconciler) reconcileBootstrapData(ctx context.Context, m *machineScope) (bool, error) {
 	userData, err := r.bootstrapData(ctx, m)
 	if err != nil {
 		m.condition(false, v1alpha1.ProvisioningFailedReason, "%v", err)
-		return reconcile.Result{}, nil
+		return true, nil
 	}
+	m.userData = userData
+	return false, nil
+}
 
-	hosts := r.Hosts.connectAll(ctx, m.lc, m.lm.Spec.Image.Pool)
-	defer closeAll(hosts)
-	h, vm, err := r.findDomain(ctx, m, hosts, name)
+// reconcileHosts connects to every host and looks for the machine's
+// domain. With none found, a provisioned machine's domain was removed
+// outside Cluster API, and a machine placed on a host that does not
+// answer waits for it: the domain may be there.
+func (r *MachineReconciler) reconcileHosts(ctx context.Context, m *machineScope) (bool, error) {
+	m.hosts = r.Hosts.connectAll(ctx, m.lc, m.lm.Spec.Image.Pool)
+	h, vm, err := r.findDomain(ctx, m, m.hosts, m.name)
 	if err != nil {
 		m.condition(false, v1alpha1.ProvisioningFailedReason, "%v", err)
-		return reconcile.Result{RequeueAfter: r.retry()}, nil
+		return true, nil
 	}
+	if h != nil {
+		m.host, m.vm, m.found = h, vm, true
+		return false, nil
+	}
+	if ptr.Deref(m.lm.Status.Initialization.Provisioned, false) {
+		m.condition(false, v1alpha1.VirtualMachineNotFoundReason, "domain %s is gone from every host that answers: it was removed outside Cluster API; delete the Machine to replace it", m.name)
+		return true, nil
+	}
+	if fd := m.lm.Status.FailureDomain; fd != "" {
+		for _, o := range m.hosts {
+			if o.spec.Name == fd && o.err != nil {
+				m.condition(false, v1alpha1.HostUnreachableReason, "host %s, where this machine was placed, does not answer: %v", fd, o.err)
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// reconcilePlacement picks a host for a domain not found, and records it
+// in status.failureDomain before anything is made there.
+func (r *MachineReconciler) reconcilePlacement(ctx context.Context, m *machineScope) (bool, error) {
+	if m.found {
+		return false, nil
+	}
+	h, img, why := r.place(ctx, m, m.hosts)
 	if h == nil {
-		if ptr.Deref(m.st.Initialization.Provisioned, false) {
-			m.condition(false, v1alpha1.VirtualMachineNotFoundReason, "domain %s is gone from every host that answers: it was removed outside Cluster API; delete the Machine to replace it", name)
-			return reconcile.Result{RequeueAfter: r.retry()}, nil
-		}
-		if fd := m.st.FailureDomain; fd != "" {
-			// The domain may be on the recorded host: never place
-			// elsewhere while it cannot be asked.
-			for _, o := range hosts {
-				if o.spec.Name == fd && o.err != nil {
-					m.condition(false, v1alpha1.HostUnreachableReason, "host %s, where this machine was placed, does not answer: %v", fd, o.err)
-					return reconcile.Result{RequeueAfter: r.retry()}, nil
-				}
-			}
-		}
-		var img hypervisor.Image
-		var why string
-		h, img, why = r.place(ctx, m, hosts)
-		if h == nil {
-			m.condition(false, reasonOf(why), "%s", strings.TrimPrefix(why, reasonOf(why)+": "))
-			return reconcile.Result{RequeueAfter: r.retry()}, nil
-		}
-		if m.st.FailureDomain != h.spec.Name {
-			m.st.FailureDomain = h.spec.Name
-			if err := r.patchStatus(ctx, m.lm, m.st); err != nil {
-				return reconcile.Result{}, err
-			}
-		}
-		if err := r.step(StepPlaced); err != nil {
-			return reconcile.Result{}, err
-		}
-		netcfg, err := cloudinit.NetworkConfig(cloudinit.Static{
-			MAC: hypervisor.StableMAC(m.lab, name), Address: addr.prefix, Gateway: addr.gateway, DNS: addr.dns,
-		})
-		if err != nil {
-			m.condition(false, v1alpha1.ProvisioningFailedReason, "address %s from IPAddress %s: %v", addr.prefix, addr.from, err)
-			return reconcile.Result{}, nil
-		}
-		spec := hypervisor.VMSpec{
-			Lab: m.lab, Name: name, UUID: string(m.lm.UID),
-			CPUs: int(m.lm.Spec.CPUs), MemoryMiB: int(m.lm.Spec.MemoryMiB), DiskGiB: int(m.lm.Spec.DiskGiB),
-			Image:   img,
-			Network: hypervisor.NetworkSpec{MAC: hypervisor.StableMAC(m.lab, name)},
-			CloudInit: hypervisor.CloudInit{
-				InstanceID: string(m.lm.UID), Hostname: name, UserData: userData, NetworkConfig: netcfg,
-				// The kubelet registers the providerID set below (labctl's
-				// KubeadmConfigs read it), so the Node matches the Machine.
-				ProviderID: ProviderID(h.spec.Name, string(m.lm.UID)),
-			},
-			Tags: []string{"cluster-api"},
-		}
-		for _, d := range m.lm.Spec.ExtraDisks {
-			spec.ExtraDisksGiB = append(spec.ExtraDisksGiB, int(d.SizeGiB))
-		}
-		if vm, err = h.d.CreateVM(ctx, spec); err != nil {
-			m.condition(false, v1alpha1.ProvisioningFailedReason, "creating domain %s on host %s: %v", name, h.spec.Name, err)
-			return reconcile.Result{}, err
-		}
-		if err := r.step(StepDefined); err != nil {
-			return reconcile.Result{}, err
+		m.condition(false, reasonOf(why), "%s", strings.TrimPrefix(why, reasonOf(why)+": "))
+		return true, nil
+	}
+	m.host, m.img = h, img
+	if m.lm.Status.FailureDomain != h.spec.Name {
+		m.lm.Status.FailureDomain = h.spec.Name
+		if err := m.patch(ctx); err != nil {
+			return false, err
 		}
 	}
-	m.st.FailureDomain = h.spec.Name
-	if !vm.Running {
-		if err := h.d.StartVM(ctx, vm); err != nil {
-			m.condition(false, v1alpha1.ProvisioningFailedReason, "starting domain %s on host %s: %v", name, h.spec.Name, err)
-			return reconcile.Result{}, err
-		}
-		if err := r.step(StepStarted); err != nil {
-			return reconcile.Result{}, err
-		}
+	return false, r.step(StepPlaced)
+}
+
+// reconcileDomain makes the domain on the host picked: its volumes, its
+// seed, and last its definition, so that a defined domain is complete.
+func (r *MachineReconciler) reconcileDomain(ctx context.Context, m *machineScope) (bool, error) {
+	if m.found {
+		return false, nil
 	}
-	if id := ProviderID(h.spec.Name, vm.UUID); m.lm.Spec.ProviderID != id {
-		if err := r.patch(ctx, m.lm, func() { m.lm.Spec.ProviderID = id }); err != nil {
-			return reconcile.Result{}, err
-		}
-		if err := r.step(StepProviderID); err != nil {
-			return reconcile.Result{}, err
-		}
+	h, name := m.host, m.name
+	netcfg, err := cloudinit.NetworkConfig(cloudinit.Static{
+		MAC: hypervisor.StableMAC(m.lab, name), Address: m.addr.prefix, Gateway: m.addr.gateway, DNS: m.addr.dns,
+	})
+	if err != nil {
+		m.condition(false, v1alpha1.ProvisioningFailedReason, "address %s from IPAddress %s: %v", m.addr.prefix, m.addr.from, err)
+		return true, nil
 	}
-	m.st.Addresses = []clusterv1.MachineAddress{
-		{Type: clusterv1.MachineInternalIP, Address: addr.prefix.Addr().String()},
-		{Type: clusterv1.MachineHostName, Address: name},
+	spec := hypervisor.VMSpec{
+		Lab: m.lab, Name: name, UUID: string(m.lm.UID),
+		CPUs: int(m.lm.Spec.CPUs), MemoryMiB: int(m.lm.Spec.MemoryMiB), DiskGiB: int(m.lm.Spec.DiskGiB),
+		Image:   m.img,
+		Network: hypervisor.NetworkSpec{MAC: hypervisor.StableMAC(m.lab, name)},
+		CloudInit: hypervisor.CloudInit{
+			InstanceID: string(m.lm.UID), Hostname: name, UserData: m.userData, NetworkConfig: netcfg,
+			// The kubelet registers the providerID set below (labctl's
+			// KubeadmConfigs read it), so the Node matches the Machine.
+			ProviderID: ProviderID(h.spec.Name, string(m.lm.UID)),
+		},
+		Tags: []string{"cluster-api"},
 	}
-	m.st.Initialization.Provisioned = ptr.To(true)
-	m.condition(true, v1alpha1.ProvisionedReason, "domain %s runs on host %s", name, h.spec.Name)
-	return reconcile.Result{}, nil
+	for _, d := range m.lm.Spec.ExtraDisks {
+		spec.ExtraDisksGiB = append(spec.ExtraDisksGiB, int(d.SizeGiB))
+	}
+	if m.vm, err = h.d.CreateVM(ctx, spec); err != nil {
+		m.condition(false, v1alpha1.ProvisioningFailedReason, "creating domain %s on host %s: %v", name, h.spec.Name, err)
+		return false, err
+	}
+	return false, r.step(StepDefined)
+}
+
+// reconcilePowerState starts the domain when it is not running.
+func (r *MachineReconciler) reconcilePowerState(ctx context.Context, m *machineScope) (bool, error) {
+	m.lm.Status.FailureDomain = m.host.spec.Name
+	if m.vm.Running {
+		return false, nil
+	}
+	if err := m.host.d.StartVM(ctx, m.vm); err != nil {
+		m.condition(false, v1alpha1.ProvisioningFailedReason, "starting domain %s on host %s: %v", m.name, m.host.spec.Name, err)
+		return false, err
+	}
+	return false, r.step(StepStarted)
+}
+
+// reconcileProviderID records the domain in spec.providerID.
+func (r *MachineReconciler) reconcileProviderID(ctx context.Context, m *machineScope) (bool, error) {
+	id := ProviderID(m.host.spec.Name, m.vm.UUID)
+	if m.lm.Spec.ProviderID == id {
+		return false, nil
+	}
+	m.lm.Spec.ProviderID = id
+	if err := m.patch(ctx); err != nil {
+		return false, err
+	}
+	return false, r.step(StepProviderID)
+}
+
+// reconcileProvisioned reports the running domain's addresses.
+func (r *MachineReconciler) reconcileProvisioned(_ context.Context, m *machineScope) (bool, error) {
+	m.lm.Status.Addresses = []clusterv1.MachineAddress{
+		{Type: clusterv1.MachineInternalIP, Address: m.addr.prefix.Addr().String()},
+		{Type: clusterv1.MachineHostName, Address: m.name},
+	}
+	m.lm.Status.Initialization.Provisioned = ptr.To(true)
+	m.condition(true, v1alpha1.ProvisionedReason, "domain %s runs on host %s", m.name, m.host.spec.Name)
+	return false, nil
 }
 
 // ProviderID is the Node's spec.providerID for a domain on a host.
@@ -530,91 +612,78 @@ func (r *MachineReconciler) bootstrapData(ctx context.Context, m *machineScope) 
 	return v, nil
 }
 
-// reconcileDelete removes the domain and its volumes from whichever host
-// holds it, then releases the address. While the host the machine was
-// placed on does not answer, the finalizer stays: the domain may still be
-// there.
-func (r *MachineReconciler) reconcileDelete(ctx context.Context, m *machineScope) (reconcile.Result, error) {
+// deleteDomain removes the domain and its volumes from whichever host
+// holds it. While the host the machine was placed on does not answer, it
+// waits: the domain may still be there.
+func (r *MachineReconciler) deleteDomain(ctx context.Context, m *machineScope) (bool, error) {
 	m.condition(false, v1alpha1.DeletingReason, "deleting the domain")
 	if !controllerutil.ContainsFinalizer(m.lm, v1alpha1.MachineFinalizer) {
-		return reconcile.Result{}, nil
+		return false, nil
 	}
 	name, nameErr := domainName(m.lm.Name)
-	placed := m.st.FailureDomain != "" || ptr.Deref(m.st.Initialization.Provisioned, false)
+	placed := m.lm.Status.FailureDomain != "" || ptr.Deref(m.lm.Status.Initialization.Provisioned, false)
 	if m.lc == nil && placed {
 		m.condition(false, v1alpha1.DeletingReason, "the LibvirtCluster of cluster %s is gone, so the hosts of domain %s are unknown; recreate it to let the domain be removed", m.lm.Labels[clusterv1.ClusterNameLabel], name)
-		return reconcile.Result{RequeueAfter: r.retry()}, nil
+		return true, nil
 	}
-	if m.lc != nil && nameErr == nil {
-		hosts := r.Hosts.connectAll(ctx, m.lc, m.lm.Spec.Image.Pool)
-		defer closeAll(hosts)
-		for _, h := range hosts {
-			if h.err != nil {
-				if h.spec.Name == m.st.FailureDomain {
-					m.condition(false, v1alpha1.HostUnreachableReason, "cannot delete domain %s: host %s does not answer: %v", name, h.spec.Name, h.err)
-					return reconcile.Result{RequeueAfter: r.retry()}, nil
-				}
-				continue
+	if m.lc == nil || nameErr != nil {
+		return false, nil
+	}
+	m.hosts = r.Hosts.connectAll(ctx, m.lc, m.lm.Spec.Image.Pool)
+	for _, h := range m.hosts {
+		if h.err != nil {
+			if h.spec.Name == m.lm.Status.FailureDomain {
+				m.condition(false, v1alpha1.HostUnreachableReason, "cannot delete domain %s: host %s does not answer: %v", name, h.spec.Name, h.err)
+				return true, nil
 			}
-			vm, err := h.d.FindVM(ctx, m.lab, name)
-			if errors.Is(err, hypervisor.ErrNotFound) {
-				// A create cut off before its define leaves volumes no
-				// domain records.
-				if err := h.d.RemoveLeftovers(ctx, name); err != nil {
-					m.condition(false, v1alpha1.DeletingReason, "host %s: %v", h.spec.Name, err)
-					return reconcile.Result{}, err
-				}
-				continue
-			}
-			if err != nil {
-				return reconcile.Result{}, fmt.Errorf("host %s: %w", h.spec.Name, err)
-			}
-			if vm.UUID != domainUUID(m.lm) {
-				continue // another machine's
-			}
-			if err := h.d.DeleteVM(ctx, vm); err != nil {
-				m.condition(false, v1alpha1.DeletingReason, "deleting domain %s on host %s: %v", name, h.spec.Name, err)
-				return reconcile.Result{}, err
-			}
-			if err := r.step(StepDomainDeleted); err != nil {
-				return reconcile.Result{}, err
-			}
+			continue
 		}
+		vm, err := h.d.FindVM(ctx, m.lab, name)
+		if errors.Is(err, hypervisor.ErrNotFound) {
+			// A create cut off before its define leaves volumes no
+			// domain records.
+			if err := h.d.RemoveLeftovers(ctx, name); err != nil {
+				m.condition(false, v1alpha1.DeletingReason, "host %s: %v", h.spec.Name, err)
+				return false, err
+			}
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("host %s: %w", h.spec.Name, err)
+		}
+		if vm.UUID != domainUUID(m.lm) {
+			continue // another machine's
+		}
+		if err := h.d.DeleteVM(ctx, vm); err != nil {
+			m.condition(false, v1alpha1.DeletingReason, "deleting domain %s on host %s: %v", name, h.spec.Name, err)
+			return false, err
+		}
+		if err := r.step(StepDomainDeleted); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// releaseAddress deletes the machine's IPAddressClaim: the IPAM provider
+// frees the address.
+func (r *MachineReconciler) releaseAddress(ctx context.Context, m *machineScope) (bool, error) {
+	if !controllerutil.ContainsFinalizer(m.lm, v1alpha1.MachineFinalizer) {
+		return false, nil
 	}
 	claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: m.lm.Namespace, Name: m.lm.Name}}
-	if err := r.Client.Delete(ctx, claim); err != nil && !apierrors.IsNotFound(err) {
-		return reconcile.Result{}, fmt.Errorf("releasing IPAddressClaim %s: %w", claim.Name, err)
-	} else if err == nil {
-		if err := r.step(StepClaimDeleted); err != nil {
-			return reconcile.Result{}, err
-		}
+	if err := r.Client.Delete(ctx, claim); apierrors.IsNotFound(err) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("releasing IPAddressClaim %s: %w", claim.Name, err)
 	}
-	return reconcile.Result{}, r.patch(ctx, m.lm, func() { controllerutil.RemoveFinalizer(m.lm, v1alpha1.MachineFinalizer) })
+	return false, r.step(StepClaimDeleted)
 }
 
-// patch changes lm's metadata or spec through mutate, as a merge patch.
-func (r *MachineReconciler) patch(ctx context.Context, lm *v1alpha1.LibvirtMachine, mutate func()) error {
-	st := lm.Status.DeepCopy()
-	base := lm.DeepCopy()
-	mutate()
-	if err := r.Client.Patch(ctx, lm, ctrl.MergeFrom(base)); err != nil {
-		return fmt.Errorf("patching LibvirtMachine %s: %w", lm.Name, err)
-	}
-	lm.Status = *st // the status is written on its own
-	return nil
-}
-
-// patchStatus writes st as lm's status when it differs.
-func (r *MachineReconciler) patchStatus(ctx context.Context, lm *v1alpha1.LibvirtMachine, st *v1alpha1.LibvirtMachineStatus) error {
-	if lm.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(lm, v1alpha1.MachineFinalizer) {
-		return nil // gone once the finalizer went
-	}
-	base := lm.DeepCopy()
-	lm.Status = *st.DeepCopy()
-	if err := r.Client.Status().Patch(ctx, lm, ctrl.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("writing the status of LibvirtMachine %s: %w", lm.Name, err)
-	}
-	return nil
+// removeFinalizer lets the LibvirtMachine go; the scope's patch writes it.
+func (r *MachineReconciler) removeFinalizer(_ context.Context, m *machineScope) (bool, error) {
+	controllerutil.RemoveFinalizer(m.lm, v1alpha1.MachineFinalizer)
+	return false, nil
 }
 
 // domainName is the domain (and host) name of a LibvirtMachine: its own

@@ -12,30 +12,33 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
@@ -86,7 +89,9 @@ func Scheme() (*runtime.Scheme, error) {
 // leaseName is the leader election lease.
 const leaseName = "libvirt-provider.infrastructure.labctl.dev"
 
-// Run runs the provider until ctx ends.
+// Run runs the provider until ctx ends, on controller-runtime's manager:
+// its cache and client, one controller per kind, health probes, and
+// leader election on a Lease.
 func Run(ctx context.Context, o Options) error {
 	w := o.Log
 	if w == nil {
@@ -98,6 +103,7 @@ func Run(ctx context.Context, o Options) error {
 		defer mu.Unlock()
 		fmt.Fprintln(w, obj)
 	}, funcr.Options{})
+	ctrllog.SetLogger(log)
 
 	cfg, err := restConfig(o.Kubeconfig)
 	if err != nil {
@@ -107,186 +113,101 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	co := cache.Options{Scheme: s}
+	co := cache.Options{}
 	if o.Namespace != "" {
 		co.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
 	}
-	informers, err := cache.New(cfg, co)
-	if err != nil {
-		return fmt.Errorf("starting the provider's cache: %w", err)
+	health := o.HealthAddr
+	if health == "" {
+		health = "0"
 	}
-	// Secrets are read uncached: a cache of every Secret in the cluster
-	// is neither needed nor welcome.
-	direct, err := client.New(cfg, client.Options{Scheme: s})
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme: s, Logger: log, Cache: co,
+		// Secrets are read uncached: a cache of every Secret in the
+		// cluster is neither needed nor welcome.
+		Client:                        client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        health,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              leaseName,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		// Tests run several providers in one process; each is alone in
+		// its own.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+	})
 	if err != nil {
-		return fmt.Errorf("connecting to the management cluster: %w", err)
+		return fmt.Errorf("starting the provider: %w", err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: s, Cache: &client.CacheOptions{Reader: informers, DisableFor: []client.Object{&corev1.Secret{}}}})
-	if err != nil {
-		return fmt.Errorf("connecting to the management cluster: %w", err)
-	}
-	hosts := Hosts{Secrets: direct}
+	hosts := Hosts{Secrets: mgr.GetAPIReader()}
 	rs := &Reconcilers{
-		Cluster:  &ClusterReconciler{Client: c, Hosts: hosts},
-		Machine:  &MachineReconciler{Client: c, Reader: direct, Hosts: hosts},
-		Template: &TemplateReconciler{Client: c},
+		Cluster:  &ClusterReconciler{Client: mgr.GetClient(), Hosts: hosts},
+		Machine:  &MachineReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Hosts: hosts},
+		Template: &TemplateReconciler{Client: mgr.GetClient()},
 	}
 	if o.Tune != nil {
 		o.Tune(rs)
 	}
-	loops, err := rs.watch(ctx, informers, c, max(o.Concurrency, 1), log)
-	if err != nil {
+	if err := rs.setup(ctx, mgr, max(o.Concurrency, 1)); err != nil {
 		return err
 	}
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 2)
-	go func() { errc <- informers.Start(ctx) }()
-	var ready atomic.Bool
-	if o.HealthAddr != "" && o.HealthAddr != "0" {
-		srv, err := healthServer(o.HealthAddr, &ready)
-		if err != nil {
-			return err
-		}
-		go func() { errc <- srv.Serve() }()
-		defer srv.Close()
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("health probes: %w", err)
 	}
-	if !informers.WaitForCacheSync(ctx) {
-		cancel()
-		if err := <-errc; err != nil {
-			return fmt.Errorf("filling the provider's cache: %w", err)
-		}
-		return ctx.Err()
+	if err := mgr.AddReadyzCheck("cache", cacheSynced(mgr.GetCache())); err != nil {
+		return fmt.Errorf("health probes: %w", err)
 	}
-	ready.Store(true)
-	work := func(ctx context.Context) {
-		log.Info("reconciling", "namespace", o.Namespace)
-		var wg sync.WaitGroup
-		for _, l := range loops {
-			wg.Go(func() { l.run(ctx) })
-		}
-		wg.Wait()
-	}
-	if !o.LeaderElect {
-		work(ctx)
-		return nil
-	}
-	return leaderElect(ctx, cfg, o.LeaderElectionNamespace, log, work)
-}
-
-// watch makes the three loops and their watches: a LibvirtMachine is
-// looked at when it, its Machine (bootstrap data, failure domain), its
-// Cluster (infrastructure, pause) or its IPAddressClaim changes; a
-// LibvirtCluster when it or its Cluster does.
-func (rs *Reconcilers) watch(ctx context.Context, informers cache.Cache, c client.Client, concurrency int, log logr.Logger) ([]*loop, error) {
-	machines := newLoop("libvirtmachine", rs.Machine, concurrency, log)
-	clusters := newLoop("libvirtcluster", rs.Cluster, 1, log)
-	templates := newLoop("libvirtmachinetemplate", rs.Template, 1, log)
-	for _, w := range []struct {
-		l   *loop
-		obj client.Object
-		m   mapFunc
-	}{
-		{machines, &v1alpha1.LibvirtMachine{}, self},
-		{machines, &ipamv1.IPAddressClaim{}, ownerOfKind("LibvirtMachine")},
-		{machines, &clusterv1.Machine{}, machineToLibvirtMachine},
-		{machines, &clusterv1.Cluster{}, clusterToLibvirtMachines(c)},
-		{machines, &v1alpha1.LibvirtCluster{}, libvirtClusterToLibvirtMachines(c)},
-		{clusters, &v1alpha1.LibvirtCluster{}, self},
-		{clusters, &clusterv1.Cluster{}, clusterToLibvirtCluster},
-		{templates, &v1alpha1.LibvirtMachineTemplate{}, self},
-	} {
-		if err := w.l.watch(ctx, informers, w.obj, w.m); err != nil {
-			return nil, err
-		}
-	}
-	return []*loop{machines, clusters, templates}, nil
-}
-
-// ownerOfKind maps an object to its controller owner of that kind in the
-// provider's group.
-func ownerOfKind(kind string) mapFunc {
-	return func(_ context.Context, o client.Object) []reconcile.Request {
-		for _, ref := range o.GetOwnerReferences() {
-			if ref.Kind == kind && groupOf(ref.APIVersion) == v1alpha1.GroupVersion.Group {
-				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
-			}
-		}
-		return nil
-	}
-}
-
-// health answers /healthz always and /readyz once the cache is filled.
-type health struct {
-	l   net.Listener
-	srv *http.Server
-}
-
-func healthServer(addr string, ready *atomic.Bool) (*health, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("health probes on %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "the cache is not filled yet", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok")
-	})
-	return &health{l: l, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
-}
-
-func (h *health) Serve() error {
-	if err := h.srv.Serve(h.l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	log.Info("reconciling", "namespace", o.Namespace)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("libvirt provider: %w", err)
 	}
 	return nil
 }
 
-func (h *health) Close() { _ = h.srv.Close() }
-
-// leaderElect runs work while this replica holds the lease (client-go's
-// leader election on a Lease, as controller-runtime's manager does), and
-// returns when ctx ends or the lease is lost.
-func leaderElect(ctx context.Context, cfg *rest.Config, ns string, log logr.Logger, work func(context.Context)) error {
-	if ns == "" {
-		b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-		if err != nil {
-			return fmt.Errorf("leader election: no --leader-election-namespace, and not in a pod: %w", err)
+// cacheSynced answers ready once the cache is filled, leader or not.
+func cacheSynced(c cache.Cache) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("the cache is not filled yet")
 		}
-		ns = strings.TrimSpace(string(b))
-	}
-	id, err := os.Hostname()
-	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
-	}
-	id += "_" + string(uuid.NewUUID())
-	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, ns, leaseName,
-		resourcelock.ResourceLockConfig{Identity: id}, cfg, 10*time.Second)
-	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
-	}
-	lost := make(chan struct{})
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-		Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-		ReleaseOnCancel: true, Name: leaseName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: work,
-			OnStoppedLeading: func() { close(lost) },
-		},
-	})
-	// OnStoppedLeading runs on a cancelled ctx too (the lease released):
-	// only a lease lost while ctx lives is an error.
-	if ctx.Err() != nil {
 		return nil
 	}
-	<-lost
-	log.Info("lost the leader lease; stopping")
-	return errors.New("leader election: lost the lease")
+}
+
+// setup makes the three controllers and their watches: a LibvirtMachine
+// is looked at when it, its Machine (bootstrap data, failure domain), its
+// Cluster (infrastructure, pause), its LibvirtCluster or its
+// IPAddressClaim changes; a LibvirtCluster when it or its Cluster does.
+func (rs *Reconcilers) setup(ctx context.Context, mgr manager.Manager, concurrency int) error {
+	c := mgr.GetClient()
+	clusterToMachines, err := util.ClusterToTypedObjectsMapper(c, &v1alpha1.LibvirtMachineList{}, mgr.GetScheme())
+	if err != nil {
+		return fmt.Errorf("libvirtmachine controller: %w", err)
+	}
+	err = builder.ControllerManagedBy(mgr).Named("libvirtmachine").
+		For(&v1alpha1.LibvirtMachine{}).
+		Owns(&ipamv1.IPAddressClaim{}).
+		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(util.MachineToInfrastructureMapFunc(v1alpha1.GroupVersion.WithKind("LibvirtMachine")))).
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(clusterToMachines)).
+		Watches(&v1alpha1.LibvirtCluster{}, handler.EnqueueRequestsFromMapFunc(libvirtClusterToLibvirtMachines(c))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
+		Complete(rs.Machine)
+	if err != nil {
+		return fmt.Errorf("libvirtmachine controller: %w", err)
+	}
+	err = builder.ControllerManagedBy(mgr).Named("libvirtcluster").
+		For(&v1alpha1.LibvirtCluster{}).
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(clusterToLibvirtClusters(c))).
+		Complete(rs.Cluster)
+	if err != nil {
+		return fmt.Errorf("libvirtcluster controller: %w", err)
+	}
+	if err := builder.ControllerManagedBy(mgr).Named("libvirtmachinetemplate").For(&v1alpha1.LibvirtMachineTemplate{}).Complete(rs.Template); err != nil {
+		return fmt.Errorf("libvirtmachinetemplate controller: %w", err)
+	}
+	return nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
@@ -304,37 +225,42 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// machineToLibvirtMachine maps a Machine to its LibvirtMachine: its
-// bootstrap data and failure domain arrive on the Machine.
-func machineToLibvirtMachine(_ context.Context, o client.Object) []reconcile.Request {
-	m, ok := o.(*clusterv1.Machine)
-	if !ok {
-		return nil
+// clusterToLibvirtClusters maps a Cluster to its LibvirtCluster and to
+// the LibvirtClusters of its pools on other hosts, which its label names
+// (no reference or owner ties them to it). A pool's LibvirtCluster made
+// before its Cluster (a restore: labctl puts it back before clusterctl
+// recreates the Cluster, paused) waits for the Cluster, and only a
+// Cluster event says it came or was unpaused. CAPI's
+// util.ClusterToInfrastructureMapFunc covers the referenced one only.
+func clusterToLibvirtClusters(c client.Client) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		cl, ok := o.(*clusterv1.Cluster)
+		if !ok {
+			return nil
+		}
+		var out []reconcile.Request
+		ref := cl.Spec.InfrastructureRef
+		referenced := ref.Kind == "LibvirtCluster" && ref.APIGroup == v1alpha1.GroupVersion.Group
+		if referenced {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cl.Namespace, Name: ref.Name}})
+		}
+		var list v1alpha1.LibvirtClusterList
+		if err := c.List(ctx, &list, client.InNamespace(cl.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: cl.Name}); err != nil {
+			return out
+		}
+		for _, lc := range list.Items {
+			if !referenced || lc.Name != ref.Name {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: lc.Namespace, Name: lc.Name}})
+			}
+		}
+		return out
 	}
-	ref := m.Spec.InfrastructureRef
-	if ref.Kind != "LibvirtMachine" || ref.APIGroup != v1alpha1.GroupVersion.Group {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: ref.Name}}}
-}
-
-// clusterToLibvirtCluster maps a Cluster to its LibvirtCluster.
-func clusterToLibvirtCluster(_ context.Context, o client.Object) []reconcile.Request {
-	cl, ok := o.(*clusterv1.Cluster)
-	if !ok {
-		return nil
-	}
-	ref := cl.Spec.InfrastructureRef
-	if ref.Kind != "LibvirtCluster" || ref.APIGroup != v1alpha1.GroupVersion.Group {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: cl.Namespace, Name: ref.Name}}}
 }
 
 // libvirtClusterToLibvirtMachines maps a LibvirtCluster the Cluster does
 // not reference to the LibvirtMachines naming it (ClusterAnnotation):
 // they wait for it to be provisioned, which no Cluster change reports.
-func libvirtClusterToLibvirtMachines(c client.Client) mapFunc {
+func libvirtClusterToLibvirtMachines(c client.Client) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list v1alpha1.LibvirtMachineList
 		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingLabels{clusterv1.ClusterNameLabel: o.GetLabels()[clusterv1.ClusterNameLabel]}); err != nil {
@@ -345,22 +271,6 @@ func libvirtClusterToLibvirtMachines(c client.Client) mapFunc {
 			if lm.Annotations[v1alpha1.ClusterAnnotation] == o.GetName() {
 				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: lm.Namespace, Name: lm.Name}})
 			}
-		}
-		return out
-	}
-}
-
-// clusterToLibvirtMachines maps a Cluster to its LibvirtMachines: they
-// wait for its infrastructure, and for it to be unpaused.
-func clusterToLibvirtMachines(c client.Client) mapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		var list v1alpha1.LibvirtMachineList
-		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingLabels{clusterv1.ClusterNameLabel: o.GetName()}); err != nil {
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(list.Items))
-		for _, lm := range list.Items {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: lm.Namespace, Name: lm.Name}})
 		}
 		return out
 	}

@@ -134,6 +134,8 @@ type bed struct {
 	seeds  *seeds
 	cut    *cutter
 	images *libvirt.Driver
+	// admin is the box's admin kubeconfig.
+	admin string
 }
 
 func startBed(t *testing.T) *bed {
@@ -149,16 +151,16 @@ func startBed(t *testing.T) *bed {
 func setupBed(t *testing.T) (*bed, string) {
 	t.Helper()
 	d := libvirttest.Start(t)
-	c, providerKubeconfig := newBox(t)
-	bd := &bed{c: c, d: d, seeds: &seeds{data: map[string][]byte{}}, cut: &cutter{seen: map[string]int{}}}
+	c, providerKubeconfig, admin := newBox(t)
+	bd := &bed{c: c, d: d, seeds: &seeds{data: map[string][]byte{}}, cut: &cutter{seen: map[string]int{}}, admin: admin}
 	bd.images = placeImage(t, d)
 	return bd, providerKubeconfig
 }
 
 // newBox starts the box with the real Cluster API core manager and
 // in-cluster IPAM, and installs the provider's components; it returns a
-// client and the kubeconfig the provider runs with.
-func newBox(t *testing.T) (client.Client, string) {
+// client, the kubeconfig the provider runs with and the admin one.
+func newBox(t *testing.T) (client.Client, string, string) {
 	t.Helper()
 	box.Require(t, "cluster-api", "ipam-in-cluster")
 	b := box.Start(t, box.WithProviders("cluster-api", "ipam-in-cluster"))
@@ -170,7 +172,7 @@ func newBox(t *testing.T) (client.Client, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, installComponents(t, c, b.Env.Kubeconfig)
+	return c, installComponents(t, c, b.Env.Kubeconfig), b.Env.Kubeconfig
 }
 
 // runInProcess runs the provider in the test's process, each machine
@@ -361,7 +363,7 @@ func (bd *bed) credentials(t *testing.T, ns, name string, d *libvirttest.Daemon,
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Type:       corev1.SecretTypeOpaque,
 		Data: map[string][]byte{
-			controller.KeyCA: read(d.CAFile), controller.KeyTLSCert: read(d.CertFile), controller.KeyTLSKey: read(d.KeyFile),
+			v1alpha1.KeyCA: read(d.CAFile), v1alpha1.KeyTLSCert: read(d.CertFile), v1alpha1.KeyTLSKey: read(d.KeyFile),
 		},
 	}
 	delete(sec.Data, drop)
@@ -998,10 +1000,10 @@ func TestFailureConditions(t *testing.T) {
 		}
 		h := v1alpha1.LibvirtHost{
 			Name: "host-a", URI: "test+tls://127.0.0.1:" + bd.d.TLSPort + "/default",
-			CredentialsRef: v1alpha1.SecretReference{Name: bd.credentials(t, ns, "partial", bd.d, controller.KeyTLSKey)},
+			CredentialsRef: v1alpha1.SecretReference{Name: bd.credentials(t, ns, "partial", bd.d, v1alpha1.KeyTLSKey)},
 		}
 		w := bd.newWorkload(t, ns, workloadSpec{hosts: []v1alpha1.LibvirtHost{h}, addresses: []string{"10.213.0.34"}})
-		bd.waitClusterReason(t, ns, w.name, v1alpha1.CredentialsInvalidReason, "host-a", "partial", controller.KeyTLSKey)
+		bd.waitClusterReason(t, ns, w.name, v1alpha1.CredentialsInvalidReason, "host-a", "partial", v1alpha1.KeyTLSKey)
 	})
 }
 

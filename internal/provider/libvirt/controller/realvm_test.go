@@ -106,7 +106,7 @@ func TestRealVMMachineDeployment(t *testing.T) {
 	}
 	// This package is internal/provider/libvirt/controller.
 	image, sum := libvirttest.RealImage(t, filepath.Join(wd, "..", "..", "..", ".."))
-	c, kubeconfig := newBox(t)
+	c, kubeconfig, _ := newBox(t)
 	libvirttest.TakeVMTurn(t)
 	drv := realHost(t, image, sum)
 	bd := &bed{c: c, images: drv}
@@ -127,8 +127,8 @@ func TestRealVMMachineDeployment(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kvm1-ssh"},
 		Type:       corev1.SecretTypeSSHAuth,
 		Data: map[string][]byte{
-			controller.KeySSHPrivateKey: key,
-			controller.KeyKnownHosts:    []byte(sshd.KnownHostsLine(sshd.HostKey) + "\n"),
+			v1alpha1.KeySSHPrivateKey: key,
+			v1alpha1.KeyKnownHosts:    []byte(sshd.KnownHostsLine(sshd.HostKey) + "\n"),
 		},
 	}); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ type goreleaser struct {
 	Builds []struct {
 		ID      string   `json:"id"`
 		Binary  string   `json:"binary"`
+		Tags    []string `json:"tags"`
 		Env     []string `json:"env"`
 		Goos    []string `json:"goos"`
 		Goarch  []string `json:"goarch"`
@@ -99,6 +100,9 @@ func TestGoreleaserBuildsThePinnedImage(t *testing.T) {
 			continue
 		}
 		binary = b.Binary
+		if !slices.Contains(b.Tags, "provider") {
+			t.Errorf("build %s tags %v: the image's binary runs 'labctl provider libvirt', which only -tags provider builds in (cmd/provider.go)", b.ID, b.Tags)
+		}
 		if !slices.Contains(b.Env, "CGO_ENABLED=0") {
 			t.Errorf("build %s env %v: the image's binary must be static (CGO_ENABLED=0)", b.ID, b.Env)
 		}

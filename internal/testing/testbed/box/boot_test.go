@@ -27,7 +27,6 @@ import (
 
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
-	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/scaletest"
@@ -56,7 +55,7 @@ import (
 func TestLab1MachinesBoot(t *testing.T) {
 	e := bootBox(t, labShape{})
 	fake, lab, sim, b, cl := e.fake, e.lab, e.sim, e.box, e.cl
-	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", SSHKeys: []string{sshKey}, Pins: versions.MustGet()})
+	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", Credentials: ownerKeys{}, Pins: versions.MustGet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,9 +367,23 @@ func bootBox(t testing.TB, shape labShape) *bootEnv {
 	sim := bootsim.Start(t, fake)
 	img := lab.Images[0]
 	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
-	fake.AddVM("pv1-1", lab.Management.VMID, lab.Management.Name, 8192, true, false)
+	// With the tags labctl's mgmt up gives it (docs/day2.md), which mgmt
+	// down looks for.
+	fake.AddVM("pv1-1", lab.Management.VMID, lab.Management.Name, 8192, true, false, "labctl", "labctl-lab-"+lab.Metadata.Name)
 
-	env, args := capmoxProcess(t, lab, t.TempDir())
+	e := &bootEnv{fake: fake, lab: lab, sim: sim}
+	e.startBox(t)
+	return e
+}
+
+// startBox starts a management cluster for the lab: a box with the real
+// Cluster API, kubeadm, IPAM and CAPMOX managers, CAPMOX aimed at the
+// fake PVE as labctl's stack aims it. A second call is a second,
+// separate management cluster (a new VM after 'mgmt up') on the same
+// hypervisors.
+func (e *bootEnv) startBox(t testing.TB) {
+	t.Helper()
+	env, args := capmoxProcess(t, e.lab, t.TempDir())
 	b := box.Start(t,
 		box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox"),
 		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...))
@@ -378,7 +391,7 @@ func bootBox(t testing.TB, shape labShape) *bootEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bootEnv{fake: fake, lab: lab, sim: sim, box: b, kc: kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig), cl: cl}
+	e.box, e.kc, e.cl = b, kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig), cl
 }
 
 // labShape is a variant of the test lab (examples/lab.yaml on loopback)
@@ -436,8 +449,8 @@ func lab1Lifecycle(t testing.TB, shape labShape) *scaletest.Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lab1.Workers.Min != 0 || !lab1.Workers.Autoscaled() {
-		t.Fatalf("the test lab's worker pool must start at zero and be autoscaled: min %d max %d", lab1.Workers.Min, lab1.Workers.Max)
+	if lab1.Pools[0].Min != 0 || !lab1.Pools[0].Autoscaled() {
+		t.Fatalf("the test lab's worker pool must start at zero and be autoscaled: min %d max %d", lab1.Pools[0].Min, lab1.Pools[0].Max)
 	}
 	if shape.secondNode && !slices.Equal(lab1.AllowedNodes, []string{"pv1-1", secondNode}) {
 		t.Fatalf("lab1's allowedNodes %v, want pv1-1 and %s", lab1.AllowedNodes, secondNode)
@@ -448,26 +461,9 @@ func lab1Lifecycle(t testing.TB, shape labShape) *scaletest.Report {
 	defer cancel()
 	// labctl's own libvirt provider, for the KVM pool added at the end;
 	// installed first, so the autoscaler finds its API group served.
-	startLibvirtProvider(ctx, t, e)
+	startLibvirtProvider(ctx, t, e, nil)
 
-	cs, err := components.Build(lab, pins, components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var role []*unstructured.Unstructured
-	for _, c := range cs {
-		for _, o := range c.Objects {
-			if o.GetKind() == "ClusterRole" && o.GetName() == clusterapi.SharedClusterRole {
-				role = append(role, o)
-			}
-		}
-	}
-	if len(role) != 1 {
-		t.Fatalf("labctl's management stack renders %d ClusterRoles %s, want 1", len(role), clusterapi.SharedClusterRole)
-	}
-	if _, err := e.kc.Apply(ctx, role, kube.ApplyOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	applySharedRole(ctx, t, e)
 
 	// Cilium's chart cannot be fetched here: the stand-in chart, at the
 	// pinned version, in the offline folder create reads it from.
@@ -883,8 +879,8 @@ func describeShowsRealConditions(ctx context.Context, t testing.TB, e *bootEnv, 
 		return len(problems) == 0, strings.Join(problems, "; ")
 	})
 
-	md := d.Tree.Find("MachineDeployment", clusterapi.MachineDeploymentName("lab1"))
-	if want := fmt.Sprintf("0/0 ready, desired 0, autoscaled %d-%d", lab1.Workers.Min, lab1.Workers.Max); md == nil || md.Details != want || len(md.Children) != 0 {
+	md := d.Tree.Find("MachineDeployment", clusterapi.PoolMachineDeploymentName("lab1", lab1.Pools[0].Name))
+	if want := fmt.Sprintf("0/0 ready, desired 0, autoscaled %d-%d", lab1.Pools[0].Min, lab1.Pools[0].Max); md == nil || md.Details != want || len(md.Children) != 0 {
 		t.Errorf("the worker pool after create: %+v, want %q and no Machine", md, want)
 	}
 	if d.Phase != "Provisioned" || d.Endpoint != lab1.ControlPlane.Endpoint+":6443" {

@@ -52,6 +52,8 @@ type Box struct {
 	// Runner plays the kubelet for Deployments of the upstream images
 	// labctl pins (package runner).
 	Runner *runner.Runner
+	// ports release the fixed webhook ports the managers hold.
+	ports []func()
 }
 
 // Proc is one controller process of the box.
@@ -246,6 +248,11 @@ func Start(t testing.TB, opts ...Option) *Box {
 	}
 	// Webhook Services are reached through their EndpointSlices, which
 	// the runner writes for the processes it runs.
+	// As cluster-api-operator installs them: clusterctl's move (mgmt
+	// backup) finds the kinds by the label.
+	for _, crd := range crds {
+		testbed.LabelAsTheOperator(crd)
+	}
 	topts := []testbed.Option{testbed.WithCRDObjects(crds...), testbed.WithEndpointRouting()}
 	if o.audit {
 		topts = append(topts, testbed.WithAuditLog())
@@ -292,7 +299,7 @@ func Start(t testing.TB, opts ...Option) *Box {
 			t.Fatalf("box: %v", err)
 		}
 		if fixedWebhookPort[s.name] != 0 {
-			holdPort(t, s.name, s.webhookPort)
+			b.ports = append(b.ports, holdPort(t, s.name, s.webhookPort))
 		}
 		b.runEnv(t, s.name, bins[s.name], dir, append(extra, o.env[s.name]...), append(managerArgs[s.name](s.webhookPort, s.health, s.diag, dir, env.Kubeconfig), o.args[s.name]...)...)
 	}
@@ -381,6 +388,40 @@ func (b *Box) runEnv(t testing.TB, name, bin, dir string, env []string, args ...
 			t.Logf("box: %s's log (%s), last lines:\n%s", name, logPath, runner.Tail(logPath, 60))
 		}
 	})
+}
+
+// StopControllers stops every provider manager and kube-controller-manager
+// the box runs, and the runner's processes (the autoscalers), as when the
+// management VM is lost; the API server and etcd keep answering, holding
+// what the controllers left. The test's cleanup finds them stopped.
+func (b *Box) StopControllers() {
+	for _, p := range b.Procs {
+		p.stop()
+	}
+	if b.Runner != nil {
+		b.Runner.Stop()
+	}
+	// Another box's manager may now bind them.
+	for _, release := range b.ports {
+		release()
+	}
+}
+
+// stop ends the process as the test's cleanup does: SIGTERM, then SIGKILL
+// after 10 s. The cleanup then finds it ended.
+func (p *Proc) stop() {
+	if exited, _ := p.Exited(); exited {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case err = <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		err = <-p.done
+	}
+	p.done <- err
 }
 
 // Exited reports whether the process has ended, and how.

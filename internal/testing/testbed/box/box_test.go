@@ -2,6 +2,7 @@ package box_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func renderLab1(t *testing.T) *clusterapi.Rendered {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", SSHKeys: []string{sshKey}, Pins: versions.MustGet()})
+	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", Credentials: ownerKeys{}, Pins: versions.MustGet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +47,10 @@ func TestRealCAPIWebhooks(t *testing.T) {
 	defer cancel()
 
 	r := renderLab1(t)
-	if !r.Autoscaled {
+	if !r.Pools[0].Autoscaled {
 		t.Fatal("examples/lab.yaml's lab1 is not autoscaled; the replicas check below proves nothing")
 	}
-	md := r.Find("MachineDeployment", r.MachineDeployment)
+	md := r.Find("MachineDeployment", r.Pools[0].MachineDeployment)
 	if _, set, _ := unstructured.NestedFieldNoCopy(md.Object, "spec", "replicas"); set {
 		t.Fatal("labctl rendered spec.replicas on an autoscaled MachineDeployment; the webhook's defaulting is not what sets it")
 	}
@@ -140,3 +141,14 @@ func wantRefusal(ctx context.Context, t *testing.T, kc *kube.Client, ns, bad *un
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// ownerKeys is the render's credentials reader in the box: the owner's
+// key. The clusters it renders this way are on Proxmox, with no libvirt
+// host whose files it would read.
+type ownerKeys struct{}
+
+func (ownerKeys) SSHKeys() ([]string, error) { return []string{sshKey}, nil }
+
+func (ownerKeys) Host(h *config.Hypervisor) (map[string][]byte, error) {
+	return nil, fmt.Errorf("the box reads no libvirt host's files (%s)", h.Name)
+}

@@ -227,14 +227,21 @@ func managerArgsOf(cr *unstructured.Unstructured) map[string]string {
 	return nil
 }
 
-// The real CAPMOX, run by the box beside the real Cluster API core,
-// kubeadm bootstrap and control plane and in-cluster IPAM managers, makes
-// the control-plane VM of lab1 in the strict fake PVE over verified TLS:
-// it clones the template labctl's templateSelector matches, configures
-// the ProxmoxMachineTemplate's cores, memory and net0, uploads the
-// cloud-init ISO and starts the VM, with an address from the in-cluster
-// IPAM pool.
-func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
+// capmoxBox is lab1 applied to the box with the real Cluster API,
+// kubeadm, in-cluster IPAM and CAPMOX managers, against the strict fake
+// PVE holding lab1's template and the management VM; vm is the
+// control-plane VM CAPMOX made and started.
+type capmoxBox struct {
+	fake *pvetest.Server
+	lab  *config.Lab
+	r    *clusterapi.Rendered
+	b    *box.Box
+	kc   *kube.Client
+	vm   pvetest.VM
+}
+
+func startCAPMOXBox(t *testing.T) *capmoxBox {
+	t.Helper()
 	ca, err := pki.NewCA("labctl test PVE CA")
 	if err != nil {
 		t.Fatal(err)
@@ -242,12 +249,10 @@ func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
 	// No guest boots here, so no guest agent ever answers.
 	fake, lab := pveLab(t, ca, ca, pvetest.WithoutGuestAgent())
 
-	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", SSHKeys: []string{sshKey}, Pins: versions.MustGet()})
+	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", Credentials: ownerKeys{}, Pins: versions.MustGet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpTmpl := controlPlaneTemplate(t, r)
-	want := machineSpec(t, cpTmpl)
 
 	// The template image-builder would have left on pv1-1, with the tags
 	// labctl's templateSelector matches.
@@ -300,6 +305,22 @@ func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
+	return &capmoxBox{fake: fake, lab: lab, r: r, b: b, kc: kc, vm: vm}
+}
+
+// The real CAPMOX, run by the box beside the real Cluster API core,
+// kubeadm bootstrap and control plane and in-cluster IPAM managers, makes
+// the control-plane VM of lab1 in the strict fake PVE over verified TLS:
+// it clones the template labctl's templateSelector matches, configures
+// the ProxmoxMachineTemplate's cores, memory and net0, uploads the
+// cloud-init ISO and starts the VM, with an address from the in-cluster
+// IPAM pool.
+func TestRealCAPMOXMakesTheControlPlaneVM(t *testing.T) {
+	c := startCAPMOXBox(t)
+	fake, lab, r, b, vm := c.fake, c.lab, c.r, c.b, c.vm
+	want := machineSpec(t, controlPlaneTemplate(t, c.r))
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
 	t.Logf("CAPMOX made VM %d %q on %s: %v", vm.ID, vm.Name(), vm.Node, vm.Config)
 
 	// The lab's vmidRange is where labctl's VMs get their ids

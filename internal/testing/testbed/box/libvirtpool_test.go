@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,8 +53,10 @@ const (
 // (CRDs with the contract label, RBAC; not the Deployment), and runs the
 // provider, controller.Run as 'labctl provider libvirt' does, in the test
 // against the box. It stops when the test ends, after the box's other
-// cleanups were registered (so it runs through cluster delete).
-func startLibvirtProvider(ctx context.Context, t testing.TB, e *bootEnv) *testbed.LogBuffer {
+// cleanups were registered (so it runs through cluster delete), or
+// earlier by the stop it returns. tune, when set, adjusts the
+// reconcilers after the test's usual timings (a test libvirtd's hosts).
+func startLibvirtProvider(ctx context.Context, t testing.TB, e *bootEnv, tune func(*controller.Reconcilers)) (*testbed.LogBuffer, func()) {
 	t.Helper()
 	raw, err := release.Components("labctl:test", []string{"linux/amd64"})
 	if err != nil {
@@ -69,6 +72,9 @@ func startLibvirtProvider(ctx context.Context, t testing.TB, e *bootEnv) *testbe
 			t.Fatal(err)
 		}
 		if len(u.Object) > 0 && u.GetKind() != "Deployment" {
+			if u.GetKind() == "CustomResourceDefinition" {
+				testbed.LabelAsTheOperator(u)
+			}
 			objs = append(objs, u)
 		}
 	}
@@ -85,18 +91,27 @@ func startLibvirtProvider(ctx context.Context, t testing.TB, e *bootEnv) *testbe
 				hosts := r.Cluster.Hosts
 				hosts.DialTimeout = 2 * time.Second
 				r.Machine.Hosts, r.Cluster.Hosts = hosts, hosts
+				if tune != nil {
+					tune(r)
+				}
 			}})
 	}()
+	var once sync.Once
+	end := func() {
+		once.Do(func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("the libvirt provider ended with %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("the libvirt provider ended with %v", err)
-		}
+		end()
 		if t.Failed() {
 			t.Logf("libvirt provider log (last 40 lines):\n%s", runner.TailLines(log.String(), 40))
 		}
 	})
-	return log
+	return log, end
 }
 
 // kvmHost adds hypervisor kvm1 to the lab: a KVM host over qemu+ssh on a
@@ -142,17 +157,16 @@ func kvmPoolFromZero(ctx context.Context, t testing.TB, e *bootEnv, opts cluster
 	mdOf := func(name string) *unstructured.Unstructured {
 		return get(ctx, t, e.cl, "cluster.x-k8s.io", "MachineDeployment", ns, name)
 	}
-	proxmoxMD := clusterapi.MachineDeploymentName("lab1")
+	proxmoxMD := clusterapi.PoolMachineDeploymentName("lab1", config.DefaultPool)
 	before := mdOf(proxmoxMD)
 
 	kvmHost(t, lab)
-	w := c.Workers
+	w := c.Pools[0] // lab.yaml's workers
 	c.Pools = []config.Pool{
 		{Name: config.DefaultPool, Hypervisors: []string{c.Hypervisor}, Min: w.Min, Max: w.Max, Size: w.Size, Labels: w.Labels, Taints: w.Taints},
 		{Name: kvmPool, Hypervisors: []string{"kvm1"}, Min: 0, Max: 2, Size: config.Size{CPUs: 4, Memory: kvmPoolMemory, Disk: "30Gi"},
 			Template: &config.Template{Volume: "ubuntu-2404-kube-v1.35.4.qcow2"}},
 	}
-	c.Workers = config.Workers{}
 	if errs := config.Validate(lab); len(errs) > 0 {
 		t.Fatalf("the lab with a KVM pool does not validate: %v", errs)
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,9 +91,11 @@ func wired() []string {
 // holdPort takes a machine-wide lock on a fixed webhook port until the
 // test ends, so two boxes on one machine (parallel test packages, other
 // users' test runs) wait for each other instead of failing on the bind.
-// It fails the test when the port stays taken by something else.
-func holdPort(t testing.TB, name string, port int) {
+// It fails the test when the port stays taken by something else. The
+// lock can be released earlier by the function it returns.
+func holdPort(t testing.TB, name string, port int) func() {
 	t.Helper()
+	var release func()
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		unlock, ok, err := testbed.TryLockPort(port)
@@ -100,7 +103,9 @@ func holdPort(t testing.TB, name string, port int) {
 			t.Fatalf("box: %s: %v", name, err)
 		}
 		if ok {
-			t.Cleanup(unlock)
+			var once sync.Once
+			release = func() { once.Do(unlock) }
+			t.Cleanup(release)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -117,7 +122,7 @@ func holdPort(t testing.TB, name string, port int) {
 		l, err := net.Listen("tcp", ":"+strconv.Itoa(port))
 		if err == nil {
 			l.Close()
-			return
+			return release
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("box: %s needs port %d (hard-coded upstream) and it is taken: %v", name, port, err)

@@ -92,7 +92,7 @@ func TestRunnerRunsCAPIDeployment(t *testing.T) {
 
 	// The real webhook answers through the pointed configuration.
 	r := renderLab1(t)
-	md := r.Find("MachineDeployment", r.MachineDeployment).DeepCopy()
+	md := r.Find("MachineDeployment", r.Pools[0].MachineDeployment).DeepCopy()
 	_ = unstructured.SetNestedField(md.Object, "v1.35", "spec", "template", "spec", "version")
 	_, err = kc.Apply(ctx, []*unstructured.Unstructured{r.Objects[0], md}, kube.ApplyOptions{})
 	if err == nil || !strings.Contains(err.Error(), `admission webhook "validation.machinedeployment.cluster.x-k8s.io" denied the request`) {

@@ -142,10 +142,10 @@ var Images = []Image{
 
 // Labctl is labctl's own image (the libvirt provider's Deployment runs
 // it: 'labctl provider libvirt'), run from bin, labctl built from the
-// checkout: the repository embedded/versions.yaml pins, at the tag mgmt
+// checkout with -tags provider (testbed.Labctl): the repository embedded/versions.yaml pins, at the tag mgmt
 // install names (release.Version of this labctl's version). Its health
 // flag is internal/provider/libvirt/controller's (cmd/provider.go); its
-// leader election is client-go's on a Lease in the namespace its
+// leader election is controller-runtime's on a Lease in the namespace its
 // Deployment names, which works here as it is.
 func Labctl(bin string, pins versions.Pins) Image {
 	repo := pins.LibvirtProvider.Repository

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/mgmt"
@@ -129,7 +130,11 @@ func TestSimOutput(t *testing.T) {
 	if px == nil || px.URL != s.PVE.URL || px.TLS.CAFile != s.CAFile {
 		t.Fatalf("the sim's lab does not aim at the fake PVE %s with CA %s: %+v", s.PVE.URL, s.CAFile, px)
 	}
-	d, err := proxmox.New(lab.Hypervisors[0], proxmox.Options{})
+	po, err := drivers.ProxmoxOptions(&lab.Hypervisors[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := proxmox.New(po)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,7 @@
 package v1alpha1
 
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 // Condition types and reasons. Ready is the one Cluster API mirrors into
 // the Cluster's InfrastructureReady and the Machine's
 // InfrastructureReady conditions; the others say which step the
@@ -47,3 +49,18 @@ const (
 	DeletingReason               = "Deleting"
 	PausedReason                 = "Paused"
 )
+
+// GetConditions and SetConditions make the kinds Cluster API's
+// conditions.Setter, which its conditions and patch packages work on.
+
+// GetConditions returns the LibvirtCluster's conditions.
+func (c *LibvirtCluster) GetConditions() []metav1.Condition { return c.Status.Conditions }
+
+// SetConditions sets the LibvirtCluster's conditions.
+func (c *LibvirtCluster) SetConditions(conds []metav1.Condition) { c.Status.Conditions = conds }
+
+// GetConditions returns the LibvirtMachine's conditions.
+func (m *LibvirtMachine) GetConditions() []metav1.Condition { return m.Status.Conditions }
+
+// SetConditions sets the LibvirtMachine's conditions.
+func (m *LibvirtMachine) SetConditions(conds []metav1.Condition) { m.Status.Conditions = conds }

@@ -1,4 +1,9 @@
-package cluster
+// Package credentials reads what lab.yaml names outside itself for a
+// cluster's objects: the owner's SSH public keys every node gets, and a
+// libvirt host's key or TLS client certificate for the provider. The
+// render takes it as its clusterapi.Credentials, as clusterctl resolves a
+// template's variables through an injected client; tests hand in their own.
+package credentials
 
 import (
 	"errors"
@@ -6,14 +11,9 @@ import (
 	"os"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor/libvirt"
-	"github.com/labctl/labctl/internal/provider/libvirt/controller"
+	"github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
 	"github.com/labctl/labctl/internal/sshkey"
 )
 
@@ -21,49 +21,39 @@ import (
 // known_hosts are kilobytes; a wrong path (a disk image) is not read whole.
 const maxCredentialFile = 1 << 20
 
-// credentials fills each libvirt host's credentials Secret with the files
-// lab.yaml names for its hypervisor (or libvirt's and ssh's own choices),
-// for labctl's libvirt provider in the management cluster, which has no
-// ssh-agent and no home folder. A private key must be unencrypted and
-// readable by its owner only (0600), as ssh requires; errors name the
-// lab.yaml field and the fix, never a file's content.
-func credentials(lab *config.Lab, secrets []*corev1.Secret) ([]*unstructured.Unstructured, error) {
-	var out []*unstructured.Unstructured
-	for _, s := range secrets {
-		hv := s.Annotations[clusterapi.AnnotationCredentialsOf]
-		h, err := lab.Hypervisor(hv)
-		if err != nil || h.Libvirt == nil {
-			return nil, fmt.Errorf("secret %s: %s is not a libvirt hypervisor of the lab", s.Name, hv)
-		}
-		data, err := hostCredentials(h)
-		if err != nil {
-			return nil, err
-		}
-		s = s.DeepCopy()
-		s.Data = data
-		obj, err := secretObject(s)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, obj)
-	}
-	return out, nil
+// Files reads the files the lab names, on this machine. Its one meaning is
+// to read: a dry run reads too, so a missing key stops it as it would stop
+// the real run.
+type Files struct {
+	Lab *config.Lab
 }
 
-// secretObject is s as an object to apply.
-func secretObject(s *corev1.Secret) (*unstructured.Unstructured, error) {
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
-	if err != nil {
-		return nil, fmt.Errorf("secret %s: %w", s.Name, err)
-	}
-	obj := &unstructured.Unstructured{Object: u}
-	unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
-	return obj, nil
+// SSHKeys are the owner's public keys (management.sshPublicKeys and
+// sshPublicKeyFile, sshkey.Authorized's rule), put on every node.
+func (f Files) SSHKeys() ([]string, error) {
+	return sshkey.Authorized(f.Lab.Management.SSHPublicKeys, f.Lab.Management.SSHPublicKeyFile)
 }
 
-// hostCredentials reads the keys of one host's Secret.
-func hostCredentials(h *config.Hypervisor) (map[string][]byte, error) {
+// Withheld reads the public keys as Files does and gives no host's
+// credentials: for printing the objects ('cluster create --dry-run -o
+// yaml'), which never shows them, so a machine without the hosts' files
+// can still print what create would apply.
+type Withheld struct{ Files }
+
+// Host gives no data: the Secret is printed with its hypervisor only.
+func (Withheld) Host(*config.Hypervisor) (map[string][]byte, error) { return nil, nil }
+
+// Host reads libvirt host h's credentials Secret data from the files
+// lab.yaml names for it (or libvirt's and ssh's own choices), for labctl's
+// libvirt provider in the management cluster, which has no ssh-agent and
+// no home folder. A private key must be unencrypted and readable by its
+// owner only (0600), as ssh requires; errors name the lab.yaml field and
+// the fix, never a file's content.
+func (Files) Host(h *config.Hypervisor) (map[string][]byte, error) {
 	lv := h.Libvirt
+	if lv == nil {
+		return nil, fmt.Errorf("%s is not a libvirt hypervisor", h.Name)
+	}
 	field := fmt.Sprintf("hypervisors[%s].libvirt", h.Name)
 	var set libvirt.TLSFiles
 	if lv.TLS != nil {
@@ -76,9 +66,9 @@ func hostCredentials(h *config.Hypervisor) (map[string][]byte, error) {
 	if f.Transport == "tls" {
 		data := map[string][]byte{}
 		for _, k := range []struct{ key, path, name string }{
-			{controller.KeyCA, f.TLS.CAFile, "tls.caFile"}, {controller.KeyTLSCert, f.TLS.CertFile, "tls.certFile"}, {controller.KeyTLSKey, f.TLS.KeyFile, "tls.keyFile"},
+			{v1alpha1.KeyCA, f.TLS.CAFile, "tls.caFile"}, {v1alpha1.KeyTLSCert, f.TLS.CertFile, "tls.certFile"}, {v1alpha1.KeyTLSKey, f.TLS.KeyFile, "tls.keyFile"},
 		} {
-			b, err := readCredential(k.path, k.key == controller.KeyTLSKey)
+			b, err := readCredential(k.path, k.key == v1alpha1.KeyTLSKey)
 			if err != nil {
 				return nil, fmt.Errorf("%s.%s: %w", field, k.name, err)
 			}
@@ -107,7 +97,7 @@ func hostCredentials(h *config.Hypervisor) (map[string][]byte, error) {
 			known = append(known, '\n')
 		}
 	}
-	return map[string][]byte{controller.KeySSHPrivateKey: key, controller.KeyKnownHosts: known}, nil
+	return map[string][]byte{v1alpha1.KeySSHPrivateKey: key, v1alpha1.KeyKnownHosts: known}, nil
 }
 
 // readCredential reads one file; private is a key, which only its owner
