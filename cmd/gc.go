@@ -20,12 +20,12 @@ nothing owns any more, list each with the reason, ask, then delete it:
     VMs tagged for this lab that are not the management VM. Stopped ones
     too: CAPMOX counts their memory against the node;
   - VM disks and cloud-init seed ISOs no VM uses;
-  - node templates no cluster's templates select that are not the
-    newest of their image.
+  - node templates (Proxmox) and node image volumes (libvirt) no
+    cluster's templates use that are not the newest of their image.
 
 A VM a Machine still names is never listed. A running VM is deleted only
 with --force. Without a management cluster only what labctl's own marks
-prove unowned is listed: no node VM and no template, as only the
+prove unowned is listed: no node VM, template or node image, as only the
 management cluster's Machines say which are owned (docs/day2.md).
 
 Every hypervisor is read at once, each within 10 s: one that does not

@@ -8,10 +8,13 @@ const (
 	VolumeSeed = "seed-iso"
 	// VolumeDisk is a VM's disk.
 	VolumeDisk = "volume"
+	// VolumeImage is a node image 'labctl image build' uploaded into a
+	// libvirt pool, which VM disks are qcow2 overlays on.
+	VolumeImage = "image"
 )
 
-// Volume is storage labctl made on a host for a VM: its disk or its
-// NoCloud seed. The driver names it as the host does and says which VM
+// Volume is storage labctl made on a host for a VM (its disk or its
+// NoCloud seed) or a node image it uploaded. The driver names it as the host does and says which VM
 // uses it; whether that makes it an orphan is internal/orphans' rule.
 type Volume struct {
 	Kind    string // VolumeSeed or VolumeDisk
@@ -25,7 +28,8 @@ type Volume struct {
 	VMID int
 	// UsedBy names the VM that uses the volume now (attaches it, lists it
 	// in its metadata, or, on libvirt, carries the name the volume was
-	// made for); "" when none does.
+	// made for), or, for a node image, the disk backed by it; "" when
+	// none does.
 	UsedBy string
 	Bytes  int64
 }

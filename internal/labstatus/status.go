@@ -589,7 +589,7 @@ func readOrphans(ctx context.Context, o Options) (found []orphans.Orphan, note, 
 	switch {
 	case errors.Is(err, kube.ErrNoMgmt):
 		mc = nil
-		note = "no management cluster: only what labctl's own marks prove unowned is listed (no node VM, no template)"
+		note = "no management cluster: only what labctl's own marks prove unowned is listed (no node VM, template or node image)"
 	case err != nil:
 		return found, "", fmt.Sprintf("the management cluster says which VMs are owned, and it could not be reached: %v", err)
 	}

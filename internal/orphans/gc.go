@@ -44,7 +44,7 @@ func GC(ctx context.Context, o Options) error {
 	switch {
 	case errors.Is(err, kube.ErrNoMgmt):
 		mc = nil
-		fmt.Fprintf(o.IO.Err, "lab %s has no management cluster: listing only what labctl's own marks prove unowned (no node VM, no template; docs/day2.md)\n", o.Lab.Metadata.Name)
+		fmt.Fprintf(o.IO.Err, "lab %s has no management cluster: listing only what labctl's own marks prove unowned (no node VM, template or node image; docs/day2.md)\n", o.Lab.Metadata.Name)
 	case err != nil:
 		return fmt.Errorf("reaching the management cluster, whose Machines say which VMs are owned (nothing was deleted): %w", err)
 	}
@@ -222,7 +222,7 @@ func Delete(ctx context.Context, drv hypervisor.Driver, lab string, x Orphan) er
 		if d, ok := drv.(templateDeleter); ok {
 			return d.DeleteTemplate(ctx, x.vm)
 		}
-	case KindVolume, KindSeedISO:
+	case KindVolume, KindSeedISO, KindImage:
 		if d, ok := drv.(hypervisor.Leftovers); ok {
 			return d.DeleteVolume(ctx, x.vol)
 		}

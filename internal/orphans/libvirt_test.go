@@ -39,6 +39,7 @@ func kvmLab(d *libvirttest.Daemon) *config.Lab {
 		}}},
 		Network:    config.Network{CIDR: "10.213.0.0/24", Gateway: "10.213.0.1"},
 		Management: config.Management{Hypervisor: "kvm1", Name: "labctl-mgmt"},
+		Images:     []config.Image{{Name: "noble", Hypervisor: "kvm1", Hosts: []string{"kvm1"}, KubernetesVersion: "v1.35.4"}},
 		Clusters: []config.Cluster{{Name: "lab1", Hypervisor: "kvm1",
 			Pools: []config.Pool{{Name: "kvm", Hypervisors: []string{"kvm1"}, Max: 3}}}},
 	}
@@ -103,6 +104,34 @@ func volumes(t *testing.T, l *lv.Libvirt, pool lv.StoragePool, names ...string) 
 	}
 }
 
+// nodeImages uploads node images as 'labctl image build' leaves them:
+// the volume and its verified-upload marker.
+func nodeImages(t *testing.T, l *lv.Libvirt, pool lv.StoragePool, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		volumes(t, l, pool, n, n+".sha256-"+strings.Repeat("ab", 32))
+	}
+}
+
+// overlay makes a VM disk as the driver's createOverlay does: a qcow2
+// volume backed by the image volume's path.
+func overlay(t *testing.T, l *lv.Libvirt, pool lv.StoragePool, name, image string) {
+	t.Helper()
+	img, err := l.StorageVolLookupByName(pool, image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := l.StorageVolGetPath(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := fmt.Sprintf(`<volume><name>%s</name><capacity unit='GiB'>20</capacity><target><format type='qcow2'/></target>`+
+		`<backingStore><path>%s</path><format type='qcow2'/></backingStore></volume>`, name, path)
+	if _, err := l.StorageVolCreateXML(pool, x, 0); err != nil {
+		t.Fatalf("creating volume %s: %v", name, err)
+	}
+}
+
 // libvirtState puts on kvm1 what a lab that ran a while holds.
 func libvirtState(t *testing.T, l *lv.Libvirt) {
 	pool, err := l.StoragePoolDefineXML(`<pool type='dir'><name>gcpool</name><target><path>/gc-pool</path></target></pool>`, 0)
@@ -120,12 +149,23 @@ func libvirtState(t *testing.T, l *lv.Libvirt) {
 	labctlDomain(t, l, "lab1-kvm-stopped", stoppedUUID, "lab1/lab1", false, node("lab1/lab1"))
 	labctlDomain(t, l, "lab1-kvm-new", "", "lab1/lab1", false, node("lab1/lab1")) // its LibvirtMachine has no providerID yet
 	labctlDomain(t, l, "other-kvm-x", "", "other/other", false, node("other/other"))
-	volumes(t, l, pool, "labctl-mgmt-disk0.qcow2", "labctl-mgmt-seed.iso", "lab1-kvm-owned-disk0.qcow2", "lab1-kvm-owned-seed.iso",
+	// Node images of lab.yaml's image noble, each with its marker: the
+	// newest, which the LibvirtMachines name; one a LibvirtMachineTemplate
+	// names; one a running node's disk is still an overlay on (made
+	// before the roll to v1.35.4); and an old one nothing uses.
+	nodeImages(t, l, pool, "noble-v1.35.4.qcow2", "noble-v1.35.1.qcow2", "noble-v1.35.3.qcow2", "noble-v1.35.2.qcow2",
+		"jammy-v1.30.0.qcow2") // an image lab.yaml does not have (another lab's, or one removed from lab.yaml)
+	volumes(t, l, pool, "noble-v1.35.0.qcow2") // no marker: not an upload labctl finished
+	overlay(t, l, pool, "lab1-kvm-owned-disk0.qcow2", "noble-v1.35.3.qcow2")
+	volumes(t, l, pool, "labctl-mgmt-disk0.qcow2", "labctl-mgmt-seed.iso", "lab1-kvm-owned-seed.iso",
 		"lab1-kvm-gone-disk0.qcow2",
 		"lost-disk0.qcow2", "lost-seed.iso", // a create cut off before its domain was defined
-		"lab1-kvm-creating-disk0.qcow2", // a create under way: its LibvirtMachine exists
-		"noble-v1.35.4.qcow2")           // a node image
+		"lab1-kvm-creating-disk0.qcow2") // a create under way: its LibvirtMachine exists
 }
+
+// nodeImageVolumes are the node image volumes and markers gc keeps.
+var nodeImageVolumes = []string{"noble-v1.35.4.qcow2", "noble-v1.35.1.qcow2", "noble-v1.35.3.qcow2",
+	"jammy-v1.30.0.qcow2", "noble-v1.35.0.qcow2"}
 
 func libvirtMachine(name, providerID string) *unstructured.Unstructured {
 	spec := map[string]any{"cpus": int64(2), "memoryMiB": int64(2048), "diskGiB": int64(20),
@@ -149,14 +189,22 @@ func TestFindAndDeleteOnLibvirt(t *testing.T) {
 		"volume lost-disk0.qcow2")
 
 	kc := mgmtWith(t, libvirtMachine("lab1-kvm-owned", "libvirt://kvm1/"+ownedUUID), libvirtMachine("lab1-kvm-new", ""),
-		libvirtMachine("lab1-kvm-creating", ""))
+		libvirtMachine("lab1-kvm-creating", ""),
+		obj(clusterapi.LibvirtMachineTemplateGVK.GroupVersion().String(), "LibvirtMachineTemplate", "lab1", "lab1-old",
+			map[string]any{"template": map[string]any{"spec": map[string]any{"cpus": int64(2), "memoryMiB": int64(2048), "diskGiB": int64(20),
+				"image": map[string]any{"pool": "gcpool", "volume": "noble-v1.35.1.qcow2"}}}}))
 	got := findExactly(t, "with a management cluster", orphans.Input{Lab: lab, Driver: libvirtOpener(lab), Mgmt: kc},
+		"image noble-v1.35.2.qcow2",
 		"seed-iso lost-seed.iso",
 		"vm lab1-kvm-gone",
 		"vm lab1-kvm-stopped",
 		"vm labctl-mgmt-old",
 		"volume lost-disk0.qcow2")
-	if o := got[1]; !o.Running || o.MemoryMiB != 2048 || o.Node != "" || o.ID != 0 ||
+	if o := got[0]; o.Reason != "node image of image noble (kubernetes v1.35.2) 'labctl image build' uploaded; no disk is an overlay on it, "+
+		"no LibvirtMachine, LibvirtMachineTemplate or cluster in lab.yaml uses it, and noble-v1.35.4.qcow2 is newer (16 MiB)" {
+		t.Errorf("the old node image: %+v", o)
+	}
+	if o := got[2]; !o.Running || o.MemoryMiB != 2048 || o.Node != "" || o.ID != 0 ||
 		o.Reason != "KVM node of cluster lab1/lab1 (lab home's), domain UUID "+goneUUID+", no LibvirtMachine names it; running, 2048 MiB" {
 		t.Errorf("the running node: %+v", o)
 	}
@@ -203,8 +251,12 @@ func TestFindAndDeleteOnLibvirt(t *testing.T) {
 	for _, v := range vols {
 		vnames = append(vnames, v.Name)
 	}
-	if !sameSet(vnames, "labctl-mgmt-disk0.qcow2", "labctl-mgmt-seed.iso", "lab1-kvm-owned-disk0.qcow2", "lab1-kvm-owned-seed.iso",
-		"lab1-kvm-creating-disk0.qcow2", "noble-v1.35.4.qcow2") {
+	var markers []string
+	for _, n := range nodeImageVolumes[:4] {
+		markers = append(markers, n+".sha256-"+strings.Repeat("ab", 32))
+	}
+	if !sameSet(vnames, append(append([]string{"labctl-mgmt-disk0.qcow2", "labctl-mgmt-seed.iso", "lab1-kvm-owned-disk0.qcow2", "lab1-kvm-owned-seed.iso",
+		"lab1-kvm-creating-disk0.qcow2"}, nodeImageVolumes...), markers...)...) {
 		t.Errorf("volumes after gc: %v", vnames)
 	}
 }

@@ -1,11 +1,12 @@
 // Package orphans is the one place that decides what labctl made on the
 // lab's hypervisors that nothing owns any more: VMs no Machine names,
-// volumes and seed ISOs no VM uses, node templates no cluster selects.
+// volumes and seed ISOs no VM uses, node templates and node image
+// volumes no cluster uses.
 // 'labctl gc' deletes what Find returns; 'labctl status' shows it.
 //
 // The marks it goes by are those docs/day2.md tabulates. Without a
 // management cluster it offers only what is provably labctl's and
-// unowned without one: no node VM and no template (only Cluster API's
+// unowned without one: no node VM, template or node image (only Cluster API's
 // objects say which are owned, and a lab whose management VM was lost is
 // restored onto a new one with its VMs adopted), but the volumes and
 // seed ISOs labctl's names mark and no VM uses, and lab-tagged VMs
@@ -33,12 +34,14 @@ const (
 	KindVolume   = hypervisor.VolumeDisk
 	KindSeedISO  = hypervisor.VolumeSeed
 	KindTemplate = "template"
+	// KindImage is a node image volume on a libvirt host.
+	KindImage = hypervisor.VolumeImage
 )
 
 // Orphan is one thing on a hypervisor that labctl made and nothing owns.
 type Orphan struct {
 	Hypervisor string `json:"hypervisor"` // lab.yaml name
-	Kind       string `json:"kind"`       // "vm", "volume", "seed-iso", "template"
+	Kind       string `json:"kind"`       // "vm", "volume", "seed-iso", "template", "image"
 	Name       string `json:"name"`
 	Node       string `json:"node,omitempty"` // Proxmox node; "" on libvirt
 	ID         int    `json:"id,omitempty"`   // Proxmox VMID; 0 on libvirt

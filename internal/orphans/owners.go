@@ -3,7 +3,6 @@ package orphans
 import (
 	"context"
 	"fmt"
-	"path"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/kube"
+	libvirtv1 "github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
 )
 
 // owners is what the management cluster's objects name: the only record
@@ -33,11 +33,14 @@ type owners struct {
 	// ProxmoxMachineTemplates clone from.
 	templateIDs map[int]string
 	selectors   [][]string
+	// images are the node image volumes LibvirtMachines and
+	// LibvirtMachineTemplates boot from, as "<pool>/<volume>".
+	images map[string]string
 }
 
 func readOwners(ctx context.Context, mc *kube.Client) (*owners, error) {
 	o := &owners{vmids: map[int]string{}, uuids: map[string]string{}, names: map[string]string{},
-		clusters: map[string]bool{}, templateIDs: map[int]string{}}
+		clusters: map[string]bool{}, templateIDs: map[int]string{}, images: map[string]string{}}
 	if mc == nil {
 		return o, nil
 	}
@@ -85,11 +88,16 @@ func readOwners(ctx context.Context, mc *kube.Client) (*owners, error) {
 			template(u, by, "spec", "template", "spec")
 		}},
 		{clusterapi.LibvirtMachineGVK, func(u *unstructured.Unstructured, by string) {
+			// Both: a domain a create cut short may have the UID's UUID
+			// while the providerID is not recorded yet.
 			o.uuids[strings.ToLower(string(u.GetUID()))] = by
-			if id, _, _ := unstructured.NestedString(u.Object, "spec", "providerID"); id != "" {
-				o.uuids[strings.ToLower(path.Base(id))] = by
-			}
+			id, _, _ := unstructured.NestedString(u.Object, "spec", "providerID")
+			o.uuids[strings.ToLower(libvirtv1.DomainUUID(id, u.GetUID()))] = by
 			o.names[u.GetName()] = by
+			o.image(u, by, "spec", "image")
+		}},
+		{clusterapi.LibvirtMachineTemplateGVK, func(u *unstructured.Unstructured, by string) {
+			o.image(u, by, "spec", "template", "spec", "image")
 		}},
 	} {
 		if err := list(step.gvk, step.each); err != nil {
@@ -97,4 +105,13 @@ func readOwners(ctx context.Context, mc *kube.Client) (*owners, error) {
 		}
 	}
 	return o, nil
+}
+
+// image records the node image volume an object's fields name.
+func (o *owners) image(u *unstructured.Unstructured, by string, fields ...string) {
+	pool, _, _ := unstructured.NestedString(u.Object, append(fields, "pool")...)
+	vol, _, _ := unstructured.NestedString(u.Object, append(fields, "volume")...)
+	if vol != "" {
+		o.images[pool+"/"+vol] = by
+	}
 }

@@ -41,7 +41,11 @@ func classify(lab *config.Lab, h *config.Hypervisor, s *hostState, own *owners) 
 		}
 	}
 	for _, v := range s.vols {
-		if o := volume(v, own); o != nil {
+		o := volume(v, own)
+		if v.Kind == hypervisor.VolumeImage {
+			o = nodeImage(lab, h, v, s.vols, own)
+		}
+		if o != nil {
 			o.Hypervisor, o.Name, o.Node, o.vol = h.Name, v.Name, v.Node, v
 			out = append(out, *o)
 		}
@@ -162,20 +166,11 @@ func template(lab *config.Lab, h *config.Hypervisor, v hypervisor.VM, all []hype
 	if own.templateIDs[v.ID] != "" || slices.ContainsFunc(own.selectors, func(tags []string) bool { return subset(tags, v.Tags) }) {
 		return nil
 	}
-	for i := range lab.Clusters {
-		c := &lab.Clusters[i]
-		ts := []config.Template{c.Template}
-		for _, p := range c.Pools {
-			ts = append(ts, c.PoolTemplate(p))
-		}
-		for _, t := range ts {
-			if t.TemplateID == v.ID {
-				return nil
-			}
-			if want, err := lab.Image(t.Image); err == nil && subset(want.TemplateTags(), v.Tags) {
-				return nil
-			}
-		}
+	if slices.ContainsFunc(labTemplates(lab), func(t config.Template) bool {
+		want, err := lab.Image(t.Image)
+		return t.TemplateID == v.ID || (err == nil && subset(want.TemplateTags(), v.Tags))
+	}) {
+		return nil
 	}
 	newest := v
 	for _, t := range all {
@@ -188,6 +183,76 @@ func template(lab *config.Lab, h *config.Hypervisor, v hypervisor.VM, all []hype
 	}
 	return &Orphan{Kind: KindTemplate, Reason: fmt.Sprintf("template of image %s (kubernetes %s) no cluster's templates select; %s (VMID %d, kubernetes %s) is newer",
 		img, kubeOf(v.Tags), newest.Name, newest.ID, kubeOf(newest.Tags))}
+}
+
+// labTemplates are the templates lab.yaml's clusters make VMs from: each
+// cluster's and each of its pools'.
+func labTemplates(lab *config.Lab) []config.Template {
+	var ts []config.Template
+	for i := range lab.Clusters {
+		c := &lab.Clusters[i]
+		ts = append(ts, c.Template)
+		for _, p := range c.Pools {
+			ts = append(ts, c.PoolTemplate(p))
+		}
+	}
+	return ts
+}
+
+// nodeImage: a node image volume 'labctl image build' uploaded to h for
+// one of this lab's images (<image>-<kubernetesVersion>.qcow2, with its
+// verified-upload marker), that no disk is an overlay on, that no
+// LibvirtMachine, LibvirtMachineTemplate or lab.yaml cluster names, and
+// that is not the newest of its image in the pool.
+func nodeImage(lab *config.Lab, h *config.Hypervisor, v hypervisor.Volume, all []hypervisor.Volume, own *owners) *Orphan {
+	img, kube := nodeImageOf(lab, h, v)
+	if !own.present || img == "" || v.UsedBy != "" || own.images[v.Storage+"/"+v.Name] != "" {
+		return nil
+	}
+	if slices.ContainsFunc(labTemplates(lab), func(t config.Template) bool { return lab.NodeVolume(t) == v.Name }) {
+		return nil
+	}
+	newest, newestKube := v, kube
+	for _, w := range all {
+		if w.Kind != hypervisor.VolumeImage {
+			continue
+		}
+		if wi, wk := nodeImageOf(lab, h, w); wi == img && newerVersion(wk, newestKube) {
+			newest, newestKube = w, wk
+		}
+	}
+	if newest.Name == v.Name {
+		return nil
+	}
+	return &Orphan{Kind: KindImage, Reason: fmt.Sprintf("node image of image %s (kubernetes %s) 'labctl image build' uploaded; no disk is an overlay on it, no LibvirtMachine, LibvirtMachineTemplate or cluster in lab.yaml uses it, and %s is newer",
+		img, kube, newest.Name) + sizeText(v.Bytes)}
+}
+
+// nodeImageOf splits a node image volume's name into the lab.yaml image
+// it was built from, for host h, and its Kubernetes version; "" when it
+// is none of them.
+func nodeImageOf(lab *config.Lab, h *config.Hypervisor, v hypervisor.Volume) (img, kube string) {
+	base, ok := strings.CutSuffix(v.Name, ".qcow2")
+	if !ok {
+		return "", ""
+	}
+	for _, i := range lab.Images {
+		k, ok := strings.CutPrefix(base, i.Name+"-")
+		if !ok || !slices.Contains(i.Hosts, h.Name) {
+			continue
+		}
+		if _, err := version.ParseSemantic(k); err == nil && (img == "" || len(i.Name) > len(img)) {
+			img, kube = i.Name, k // the longest name: noble-gpu-v1.35.4 is noble-gpu's
+		}
+	}
+	return img, kube
+}
+
+// newerVersion orders Kubernetes versions both parsed by nodeImageOf.
+func newerVersion(a, b string) bool {
+	va, ea := version.ParseSemantic(a)
+	vb, eb := version.ParseSemantic(b)
+	return ea == nil && eb == nil && vb.LessThan(va)
 }
 
 func imageOf(tags []string) string {
