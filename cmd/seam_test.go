@@ -214,6 +214,7 @@ func TestMgmtBackupAndRestoreCommandLines(t *testing.T) {
 	testCommandLine(t, "mgmt backup", newMgmtBackupCmd, []cmdCase[backup.Options]{
 		{args: []string{"lab.age"}, want: &backup.Options{File: "lab.age"}},
 		{args: []string{"--dry-run"}, want: &backup.Options{DryRun: true}},
+		{args: []string{"--skip-tenants", "lab.age"}, want: &backup.Options{File: "lab.age", SkipTenants: true}},
 		{args: nil, err: "FILE is missing: 'labctl mgmt backup FILE' (or --dry-run"},
 		{args: []string{"a", "b"}, err: "accepts at most 1 arg(s), received 2"},
 	})

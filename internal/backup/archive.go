@@ -52,6 +52,9 @@ type Manifest struct {
 	Clusters []ClusterRef `json:"clusters"`
 	// Parts are the parts the backup holds, by name (Part.Name).
 	Parts []string `json:"parts"`
+	// SkippedTenants are the Kamaji tenant clusters left out (backup
+	// --skip-tenants): their control planes' data is not in a backup.
+	SkippedTenants []ClusterRef `json:"skippedTenants,omitempty"`
 }
 
 // ClusterRef is one Cluster API Cluster.

@@ -41,6 +41,9 @@ type Options struct {
 	DryRun bool
 	// Passphrase returns the passphrase; nil asks as Passphrase does.
 	Passphrase func() (string, error)
+	// SkipTenants leaves the Kamaji tenant clusters out instead of
+	// refusing to back up a lab that has them.
+	SkipTenants bool
 	// Parts are what the backup holds beside clusterctl's objects; nil
 	// means Parts().
 	Parts []Part
@@ -79,6 +82,10 @@ func Backup(ctx context.Context, o Options) error {
 	if len(clusters) == 0 {
 		fmt.Fprintf(o.IO.Err, "no Cluster API cluster on %s: the backup holds only labctl's parts\n", src.Host())
 	}
+	clusters, skipped, err := leaveOutTenants(o, src.Host(), clusters)
+	if err != nil {
+		return err
+	}
 	if paused := pausedOf(clusters); len(paused) > 0 {
 		return fmt.Errorf("cannot back up %s: Cluster %s is paused (spec.paused or the cluster.x-k8s.io/paused annotation); clusterctl pauses each Cluster while it reads it and refuses one already paused, and labctl would not know to leave it paused after. Unpause it, or wait for whatever paused it (a clusterctl move, an upgrade) to finish", src.Host(), strings.Join(paused, ", "))
 	}
@@ -114,6 +121,7 @@ func Backup(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	a.Manifest.SkippedTenants = skipped
 	if err := writeArchive(f, a, passphrase, o.workFactor); err != nil {
 		return err
 	}
@@ -129,6 +137,61 @@ func Backup(ctx context.Context, o Options) error {
 type sourceCluster struct {
 	ClusterRef
 	paused bool
+	// tenant: its control plane is Kamaji's (docs/tenants.md).
+	tenant bool
+}
+
+// leaveOutTenants refuses a lab with Kamaji tenants unless o.SkipTenants,
+// and then returns the other clusters. A tenant keeps its state in the
+// kamaji-etcd datastore and its CAs in Secrets Kamaji owns, which neither
+// clusterctl's move nor a part of labctl's takes yet: restored, it would
+// get an empty control plane with new CAs its workers do not trust.
+// clusterctl moves a namespace whole, so a tenant that shares its
+// namespace with another cluster cannot be left out.
+func leaveOutTenants(o Options, host string, cs []sourceCluster) (kept []sourceCluster, skipped []ClusterRef, err error) {
+	for _, c := range cs {
+		if c.tenant {
+			skipped = append(skipped, c.ClusterRef)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	if len(skipped) == 0 {
+		return cs, nil, nil
+	}
+	names := make([]string, len(skipped))
+	for i, c := range skipped {
+		names[i] = c.String()
+	}
+	if !o.SkipTenants {
+		return nil, nil, fmt.Errorf("cannot back up %s: %s %s Kamaji tenant(s), and a labctl backup does not hold a tenant's control plane yet (its kamaji-etcd data and the CAs Kamaji keeps beside its TenantControlPlane): restored, it would get an empty control plane whose new CAs its workers do not trust. Pass --skip-tenants to back up the other clusters without them, and back the tenants up by hand as docs/tenants.md says (\"What a backup must take\")",
+			host, strings.Join(names, ", "), isAre(len(names)))
+	}
+	for _, t := range skipped {
+		for _, c := range kept {
+			if c.Namespace == t.Namespace {
+				return nil, nil, fmt.Errorf("cannot leave tenant %s out: namespace %s also holds cluster %s, and clusterctl moves a namespace whole; move one of them to a namespace of its own", t, t.Namespace, c)
+			}
+		}
+	}
+	fmt.Fprintf(o.IO.Err, "leaving out Kamaji tenant(s) %s (--skip-tenants): back them up as docs/tenants.md says\n", strings.Join(names, ", "))
+	return kept, skipped, nil
+}
+
+func isAre(n int) string {
+	if n == 1 {
+		return "is a"
+	}
+	return "are"
+}
+
+// isTenant reports whether Cluster c's control plane is Kamaji's: its
+// controlPlaneRef says so, or, before the topology controller sets that,
+// its class is one of labctl's tenant ClusterClasses.
+func isTenant(c *unstructured.Unstructured) bool {
+	kind, _, _ := unstructured.NestedString(c.Object, "spec", "controlPlaneRef", "kind")
+	class, _, _ := unstructured.NestedString(c.Object, "spec", "topology", "classRef", "name")
+	return kind == clusterapi.KamajiControlPlaneGVK.Kind || strings.HasPrefix(class, clusterapi.TenantClass(""))
 }
 
 func listClusters(ctx context.Context, src *kube.Client) ([]sourceCluster, error) {
@@ -148,7 +211,7 @@ func listClusters(ctx context.Context, src *kube.Client) ([]sourceCluster, error
 		c := &list[i]
 		paused, _, _ := unstructured.NestedBool(c.Object, "spec", "paused")
 		_, annotated := c.GetAnnotations()[pausedAnnotation]
-		out = append(out, sourceCluster{ClusterRef: ClusterRef{Namespace: c.GetNamespace(), Name: c.GetName()}, paused: paused || annotated})
+		out = append(out, sourceCluster{ClusterRef: ClusterRef{Namespace: c.GetNamespace(), Name: c.GetName()}, paused: paused || annotated, tenant: isTenant(c)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out, nil

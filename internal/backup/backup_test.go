@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -636,5 +637,71 @@ func TestBackupChecksClusterctlSavedEachCluster(t *testing.T) {
 	a.Files[clusterctlTo+"/lab1/Cluster_lab1_lab1.yaml"] = []byte("{}")
 	if err := sawClusters(a, "lab1", lab1); err != nil {
 		t.Fatalf("with clusterctl's Cluster_lab1_lab1.yaml: %v", err)
+	}
+}
+
+// TestBackupLeavesTenantsOutOnlyWhenAsked: a lab with a Kamaji tenant is
+// refused, the tenant named, since a backup does not hold a tenant's
+// control plane; --skip-tenants backs up the rest, the file says which
+// tenants it lacks, and a restore says so.
+func TestBackupLeavesTenantsOutOnlyWhenAsked(t *testing.T) {
+	src := startSource(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	// A tenant as the topology controller leaves it: labctl's class, and
+	// the KamajiControlPlane as its control plane.
+	create(t, src.c, obj("v1", "Namespace", "", "tenant1"))
+	tenant := obj("cluster.x-k8s.io/v1beta2", "Cluster", "tenant1", "tenant1")
+	_ = unstructured.SetNestedMap(tenant.Object, map[string]any{
+		"controlPlaneRef": map[string]any{"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KamajiControlPlane", "name": "tenant1-abcde"},
+		"topology": map[string]any{"classRef": map[string]any{"name": clusterapi.TenantClass("proxmox"), "namespace": clusterapi.ClassNamespace},
+			"version": "v1.35.4"},
+	}, "spec")
+	create(t, src.c, tenant)
+	mgmt := func(context.Context) (*kube.Client, error) { return src.kc, nil }
+	file := filepath.Join(t.TempDir(), "lab.age")
+
+	io, _, errb := testIO()
+	err := Backup(ctx, Options{IO: io, Lab: "home", Mgmt: mgmt, File: file, Passphrase: fixed(pass), workFactor: testWorkFactor})
+	if err == nil || !strings.Contains(err.Error(), "tenant1/tenant1 is a Kamaji tenant") || !strings.Contains(err.Error(), "--skip-tenants") {
+		t.Fatalf("backup of a lab with a tenant = %v, want a refusal naming it\n%s", err, errb)
+	}
+	if _, err := os.Stat(file); err == nil {
+		t.Fatal("the refused backup wrote the file")
+	}
+
+	io, out, errb := testIO()
+	if err := Backup(ctx, Options{IO: io, Lab: "home", Mgmt: mgmt, File: file, DryRun: true, SkipTenants: true}); err != nil {
+		t.Fatalf("backup --dry-run --skip-tenants: %v\n%s", err, errb)
+	}
+	if !strings.Contains(out.String(), "clusterctl move of namespace lab1") || strings.Contains(out.String(), "namespace tenant1") ||
+		!strings.Contains(errb.String(), "leaving out Kamaji tenant(s) tenant1/tenant1 (--skip-tenants)") {
+		t.Errorf("backup --dry-run --skip-tenants:\n%s\n%s", out, errb)
+	}
+
+	io, _, errb = testIO()
+	if err := Backup(ctx, Options{IO: io, Lab: "home", Mgmt: mgmt, File: file, SkipTenants: true, Passphrase: fixed(pass), workFactor: testWorkFactor}); err != nil {
+		t.Fatalf("backup --skip-tenants: %v\n%s", err, errb)
+	}
+	a, err := readArchive(file, pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(a.Manifest.Clusters, a.Manifest.SkippedTenants); got != "[lab1/lab1] [tenant1/tenant1]" {
+		t.Errorf("the backup's clusters and skipped tenants = %s", got)
+	}
+	for name := range a.Files {
+		if strings.Contains(name, "tenant1") {
+			t.Errorf("the backup holds %s of the tenant it left out", name)
+		}
+	}
+
+	_, _, dkc := mgmtEnv(t)
+	io, _, errb = testIO()
+	if err := Restore(ctx, RestoreOptions{IO: io, Mgmt: func(context.Context) (*kube.Client, error) { return dkc, nil }, File: file, DryRun: true, Passphrase: fixed(pass)}); err != nil {
+		t.Fatalf("restore --dry-run: %v\n%s", err, errb)
+	}
+	if !strings.Contains(errb.String(), "not in this backup: Kamaji tenant(s) tenant1/tenant1 (taken with --skip-tenants)") {
+		t.Errorf("restore --dry-run does not say the tenant is missing:\n%s", errb)
 	}
 }

@@ -91,6 +91,13 @@ func Restore(ctx context.Context, o RestoreOptions) error {
 	if len(resume) > 0 {
 		fmt.Fprintf(o.IO.Err, "Cluster %s already restored from this backup: resuming\n", strings.Join(resume, ", "))
 	}
+	if len(man.SkippedTenants) > 0 {
+		names := make([]string, len(man.SkippedTenants))
+		for i, c := range man.SkippedTenants {
+			names[i] = c.String()
+		}
+		fmt.Fprintf(o.IO.Err, "not in this backup: Kamaji tenant(s) %s (taken with --skip-tenants); restore them as docs/tenants.md says\n", strings.Join(names, ", "))
+	}
 	if o.DryRun {
 		return planRestore(ctx, o, dst, a, parts)
 	}
