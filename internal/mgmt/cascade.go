@@ -15,11 +15,12 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/drivers"
 	"github.com/labctl/labctl/internal/kube"
+	libvirtv1 "github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
 )
 
 // machineVM is the VM one infrastructure machine of a workload cluster
 // names: CAPMOX's by VMID, labctl's libvirt provider's by domain UUID
-// (the LibvirtMachine's UID).
+// (libvirtv1.DomainUUID: a restored machine's UID is not its domain's).
 type machineVM struct {
 	Machine string // "ProxmoxMachine lab1/lab1-workers-abc"
 	VMID    int
@@ -44,7 +45,8 @@ func machineVMs(ctx context.Context, mc *kube.Client, clusters []kube.Ref) ([]ma
 			return machineVM{VMID: int(id)}
 		}},
 		{clusterapi.LibvirtMachineGVK, func(u *unstructured.Unstructured) machineVM {
-			return machineVM{UUID: string(u.GetUID())}
+			id, _, _ := unstructured.NestedString(u.Object, "spec", "providerID")
+			return machineVM{UUID: libvirtv1.DomainUUID(id, u.GetUID())}
 		}},
 	} {
 		served, err := mc.Serves(gvk.gvk)

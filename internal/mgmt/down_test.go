@@ -314,3 +314,48 @@ func pveCall(srv *pvetest.Server, method, path string) error {
 	}
 	return nil
 }
+
+// TestCascadeWaitsForARestoredDomain: a LibvirtMachine that 'mgmt
+// restore' (clusterctl move) recreated has a new UID, and its domain is
+// the one its providerID names; --cascade must wait for that domain, not
+// for one of the new UID, which never existed. One made before its
+// providerID is recorded is waited for by its UID, which its domain gets.
+func TestCascadeWaitsForARestoredDomain(t *testing.T) {
+	env := testbed.Start(t, testbed.WithCRDs("capi"), testbed.WithCRDPaths("../../embedded/provider/libvirt/crds"))
+	mc := kube.NewForConfig(env.Config, env.Kubeconfig)
+	const domain = "0f0e5a52-5a1c-4c4e-9a3e-6d1f2b7c9e01"
+	machine := func(name, providerID string) *unstructured.Unstructured {
+		spec := map[string]any{"cpus": int64(2), "memoryMiB": int64(2048), "diskGiB": int64(20),
+			"image": map[string]any{"pool": "default", "volume": "noble-v1.35.4.qcow2"}}
+		if providerID != "" {
+			spec["providerID"] = providerID
+		}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": clusterapi.LibvirtMachineGVK.GroupVersion().String(), "kind": "LibvirtMachine",
+			"metadata": map[string]any{"name": name, "namespace": "lab1", "labels": map[string]any{clusterapi.ClusterNameLabel: "lab1"}},
+			"spec":     spec,
+		}}
+	}
+	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "lab1"}}}
+	if _, err := mc.Apply(t.Context(), []*unstructured.Unstructured{ns, machine("lab1-kvm-restored", "libvirt://kvm1/"+domain), machine("lab1-kvm-new", "")}, kube.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	made, found, err := mc.Get(t.Context(), kube.Ref{GVK: clusterapi.LibvirtMachineGVK, Namespace: "lab1", Name: "lab1-kvm-new"})
+	if err != nil || !found {
+		t.Fatalf("LibvirtMachine lab1-kvm-new: found %v, %v", found, err)
+	}
+	newUID := string(made.GetUID())
+	got, err := machineVMs(t.Context(), mc, []kube.Ref{{GVK: clusterapi.ClusterGVK, Namespace: "lab1", Name: "lab1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"LibvirtMachine lab1/lab1-kvm-restored": domain, "LibvirtMachine lab1/lab1-kvm-new": newUID}
+	if len(got) != len(want) {
+		t.Fatalf("machine VMs = %+v, want %v", got, want)
+	}
+	for _, v := range got {
+		if newUID == "" || want[v.Machine] != v.UUID {
+			t.Errorf("%s waits for domain %q, want %q", v.Machine, v.UUID, want[v.Machine])
+		}
+	}
+}

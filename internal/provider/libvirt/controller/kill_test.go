@@ -446,7 +446,7 @@ func (bd *bed) checkOne(t *testing.T, l *lane) {
 	if len(doms) != 1 || doms[0].Name != lm.Name || doms[0].UUID != string(lm.UID) || !doms[0].Running {
 		t.Fatalf("domains %+v; want one running domain %s of UUID %s", doms, lm.Name, lm.UID)
 	}
-	if want := controller.ProviderID("host-a", string(lm.UID)); lm.Spec.ProviderID != want {
+	if want := v1alpha1.ProviderID("host-a", string(lm.UID)); lm.Spec.ProviderID != want {
 		t.Errorf("providerID %q, want %q", lm.Spec.ProviderID, want)
 	}
 	want := []string{lm.Name + "-disk0.qcow2", lm.Name + "-disk1.qcow2", lm.Name + "-seed.iso"}

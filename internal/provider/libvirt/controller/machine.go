@@ -310,7 +310,7 @@ func (r *MachineReconciler) reconcileDomain(ctx context.Context, m *machineScope
 			InstanceID: string(m.lm.UID), Hostname: name, UserData: m.userData, NetworkConfig: netcfg,
 			// The kubelet registers the providerID set below (labctl's
 			// KubeadmConfigs read it), so the Node matches the Machine.
-			ProviderID: ProviderID(h.spec.Name, string(m.lm.UID)),
+			ProviderID: v1alpha1.ProviderID(h.spec.Name, string(m.lm.UID)),
 		},
 		Tags: []string{"cluster-api"},
 	}
@@ -339,7 +339,7 @@ func (r *MachineReconciler) reconcilePowerState(ctx context.Context, m *machineS
 
 // reconcileProviderID records the domain in spec.providerID.
 func (r *MachineReconciler) reconcileProviderID(ctx context.Context, m *machineScope) (bool, error) {
-	id := ProviderID(m.host.spec.Name, m.vm.UUID)
+	id := v1alpha1.ProviderID(m.host.spec.Name, m.vm.UUID)
 	if m.lm.Spec.ProviderID == id {
 		return false, nil
 	}
@@ -361,22 +361,8 @@ func (r *MachineReconciler) reconcileProvisioned(_ context.Context, m *machineSc
 	return false, nil
 }
 
-// ProviderID is the Node's spec.providerID for a domain on a host.
-func ProviderID(host, uuid string) string { return "libvirt://" + host + "/" + uuid }
-
-// domainUUID is the UUID of lm's domain: the one its spec.providerID
-// records once the domain exists, else lm's UID, which a new domain gets.
-// The providerID comes first because it is spec: clusterctl move (and
-// 'labctl mgmt restore') recreate the LibvirtMachine with a new UID but
-// the same spec, and the machine must find its domain, not make another
-// or leave it behind when deleted.
 func domainUUID(lm *v1alpha1.LibvirtMachine) string {
-	if rest, ok := strings.CutPrefix(lm.Spec.ProviderID, "libvirt://"); ok {
-		if i := strings.LastIndexByte(rest, '/'); i > 0 && i < len(rest)-1 {
-			return rest[i+1:]
-		}
-	}
-	return string(lm.UID)
+	return v1alpha1.DomainUUID(lm.Spec.ProviderID, lm.UID)
 }
 
 // findDomain looks for the machine's domain on every host that answers.

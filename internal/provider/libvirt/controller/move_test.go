@@ -24,8 +24,8 @@ func TestDomainUUIDSurvivesAMove(t *testing.T) {
 		want             string
 	}{
 		{"new machine", "", domain, domain},
-		{"moved machine", ProviderID("kvm1", domain), "6a1b2c3d-0000-4000-8000-000000000001", domain},
-		{"same machine", ProviderID("kvm1", domain), domain, domain},
+		{"moved machine", v1alpha1.ProviderID("kvm1", domain), "6a1b2c3d-0000-4000-8000-000000000001", domain},
+		{"same machine", v1alpha1.ProviderID("kvm1", domain), domain, domain},
 		{"not ours", "proxmox://" + domain, "6a1b2c3d-0000-4000-8000-000000000001", "6a1b2c3d-0000-4000-8000-000000000001"},
 		{"no UUID", "libvirt://kvm1/", "6a1b2c3d-0000-4000-8000-000000000001", "6a1b2c3d-0000-4000-8000-000000000001"},
 	} {

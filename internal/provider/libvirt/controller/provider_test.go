@@ -14,15 +14,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,6 +44,7 @@ import (
 	"github.com/labctl/labctl/internal/provider/libvirt/controller"
 	"github.com/labctl/labctl/internal/provider/libvirt/release"
 	"github.com/labctl/labctl/internal/testing/libvirttest"
+	"github.com/labctl/labctl/internal/testing/nodeimage"
 	"github.com/labctl/labctl/internal/testing/sshtest"
 	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
@@ -279,36 +275,7 @@ func installComponents(t *testing.T, c client.Client, kubeconfig string) string 
 // sha256. It returns the driver, for looking at the pool afterwards.
 func placeImage(t *testing.T, d *libvirttest.Daemon) *libvirt.Driver {
 	t.Helper()
-	img := make([]byte, 64)
-	copy(img, []byte{'Q', 'F', 'I', 0xfb})
-	binary.BigEndian.PutUint32(img[4:], 3)
-	binary.BigEndian.PutUint64(img[24:], 1<<30) // 1 GiB virtual
-	sum := sha256.Sum256(img)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(img) }))
-	t.Cleanup(srv.Close)
-	var mu sync.Mutex
-	drv, err := libvirt.New(t.Context(), libvirt.Options{
-		Name: "images", URI: d.URI(), Pool: imagePool, PoolPath: "/" + imagePool, Network: "default",
-		Upload: func(_ context.Context, _ string, r io.Reader, _ int64) error {
-			mu.Lock()
-			defer mu.Unlock()
-			_, err := io.Copy(io.Discard, r)
-			return err
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = drv.Close() })
-	if err := drv.PrepareHost(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := drv.EnsureImage(t.Context(), hypervisor.ImageSpec{
-		URL: srv.URL + "/" + imageVolume, Checksum: "sha256:" + hex.EncodeToString(sum[:]), FileName: imageVolume,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return drv
+	return nodeimage.Place(t, d, "images", imagePool, imageVolume)
 }
 
 func eventually(t *testing.T, what string, within time.Duration, ok func() (bool, string)) {

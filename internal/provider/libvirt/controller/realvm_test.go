@@ -35,7 +35,6 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/libvirt"
 	"github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
-	"github.com/labctl/labctl/internal/provider/libvirt/controller"
 	"github.com/labctl/labctl/internal/testing/libvirttest"
 	"github.com/labctl/labctl/internal/testing/sshtest"
 	"github.com/labctl/labctl/internal/vmssh"
@@ -206,7 +205,7 @@ func TestRealVMMachineDeployment(t *testing.T) {
 	})
 	lm := bd.provisioned(t, ns, 1, 5*time.Minute, provider)[0]
 	running := time.Now()
-	wantID := controller.ProviderID("kvm1", string(lm.UID))
+	wantID := v1alpha1.ProviderID("kvm1", string(lm.UID))
 	whileUp(t, "the Machine provisioned with providerID and address", 60*time.Second, provider, func() (bool, string) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(&m), &m); err != nil {
 			return false, err.Error()
