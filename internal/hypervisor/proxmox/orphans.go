@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -167,15 +166,7 @@ func (d *Driver) DeleteVolume(ctx context.Context, v hypervisor.Volume) error {
 	default:
 		return fmt.Errorf("volume %s: unknown kind %q", v.Name, v.Kind)
 	}
-	var upid string
-	err = d.c.Delete(ctx, fmt.Sprintf("/nodes/%s/storage/%s/content/%s", v.Node, v.Storage, url.PathEscape(v.Name)), &upid)
-	if err == nil && upid != "" {
-		err = d.wait(ctx, upid)
-	}
-	if err != nil && !errors.Is(err, pve.ErrNotFound) {
-		return api(err, "deleting %s on node %s", v.Name, v.Node)
-	}
-	return nil
+	return d.deleteContent(ctx, v.Node, v.Storage, v.Name)
 }
 
 // imageOf is the image a labctl template or clone's tags name
@@ -206,17 +197,7 @@ func (d *Driver) DeleteClone(ctx context.Context, vm hypervisor.VM) error {
 	if s.Name != vm.Name || !slices.Contains(tags, hypervisor.Tag) || imageOf(tags) == "" {
 		return fmt.Errorf("refusing to delete VM %d on node %s: it is now %q with tags %q, not %s cloned from a labctl template", vm.ID, vm.Node, s.Name, s.Tags, vm.Name)
 	}
-	if s.Status == "running" {
-		var upid string
-		err := d.c.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", vm.Node, vm.ID), map[string]any{}, &upid)
-		if err == nil {
-			err = d.wait(ctx, upid)
-		}
-		if err != nil {
-			return api(err, "stopping VM %d (%s) on node %s", vm.ID, vm.Name, vm.Node)
-		}
-	}
-	return d.destroy(ctx, vm)
+	return d.stopAndDestroy(ctx, vm, s.Status == "running")
 }
 
 // DeleteTemplate deletes a template 'labctl image build' made, with its
@@ -240,17 +221,4 @@ func (d *Driver) DeleteTemplate(ctx context.Context, vm hypervisor.VM) error {
 		return fmt.Errorf("refusing to delete VM %d on node %s: it is now %q with tags %q, not the labctl template %s", vm.ID, vm.Node, cfg.Name, cfg.Tags, vm.Name)
 	}
 	return d.destroy(ctx, vm)
-}
-
-// destroy deletes a stopped VM with its disks and waits for the task.
-func (d *Driver) destroy(ctx context.Context, vm hypervisor.VM) error {
-	var upid string
-	err := d.c.Delete(ctx, fmt.Sprintf("/nodes/%s/qemu/%d?purge=1&destroy-unreferenced-disks=1", vm.Node, vm.ID), &upid)
-	if err == nil {
-		err = d.wait(ctx, upid)
-	}
-	if err != nil && !errors.Is(err, pve.ErrNotFound) {
-		return api(err, "deleting VM %d (%s) on node %s", vm.ID, vm.Name, vm.Node)
-	}
-	return nil
 }

@@ -285,7 +285,27 @@ func (d *Driver) DeleteVM(ctx context.Context, vm hypervisor.VM) error {
 	if err := d.c.Get(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/config", vm.Node, vm.ID), &cfg); err != nil {
 		return api(err, "reading the config of VM %d", vm.ID)
 	}
-	if s.Status == "running" {
+	if err := d.stopAndDestroy(ctx, vm, s.Status == "running"); err != nil {
+		return err
+	}
+	// The seed ISO is labctl's (its name says so); remove it too.
+	if ide3, _ := cfg["ide3"].(string); ide3 != "" {
+		vol, _, _ := strings.Cut(ide3, ",")
+		storage, rest, _ := strings.Cut(vol, ":")
+		if strings.HasPrefix(rest, "iso/labctl-"+vm.Lab+"-") {
+			if err := d.deleteContent(ctx, vm.Node, storage, vol); err != nil {
+				return fmt.Errorf("removing the seed ISO of VM %d: %w", vm.ID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// stopAndDestroy powers a running VM off (a hard stop: its disks go
+// next), then deletes it with its disks, waiting for each task. A VM
+// already gone is not an error.
+func (d *Driver) stopAndDestroy(ctx context.Context, vm hypervisor.VM, running bool) error {
+	if running {
 		var upid string
 		err := d.c.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", vm.Node, vm.ID), map[string]any{}, &upid)
 		if err == nil {
@@ -295,28 +315,32 @@ func (d *Driver) DeleteVM(ctx context.Context, vm hypervisor.VM) error {
 			return api(err, "stopping VM %d (%s) on node %s", vm.ID, vm.Name, vm.Node)
 		}
 	}
+	return d.destroy(ctx, vm)
+}
+
+// destroy deletes a stopped VM with its disks and waits for the task.
+func (d *Driver) destroy(ctx context.Context, vm hypervisor.VM) error {
 	var upid string
-	err = d.c.Delete(ctx, fmt.Sprintf("/nodes/%s/qemu/%d?purge=1&destroy-unreferenced-disks=1", vm.Node, vm.ID), &upid)
+	err := d.c.Delete(ctx, fmt.Sprintf("/nodes/%s/qemu/%d?purge=1&destroy-unreferenced-disks=1", vm.Node, vm.ID), &upid)
 	if err == nil {
 		err = d.wait(ctx, upid)
 	}
 	if err != nil && !errors.Is(err, pve.ErrNotFound) {
 		return api(err, "deleting VM %d (%s) on node %s", vm.ID, vm.Name, vm.Node)
 	}
-	// The seed ISO is labctl's (its name says so); remove it too.
-	if ide3, _ := cfg["ide3"].(string); ide3 != "" {
-		vol, _, _ := strings.Cut(ide3, ",")
-		storage, rest, _ := strings.Cut(vol, ":")
-		if strings.HasPrefix(rest, "iso/labctl-"+vm.Lab+"-") {
-			var upid string
-			err := d.c.Delete(ctx, fmt.Sprintf("/nodes/%s/storage/%s/content/%s", vm.Node, storage, url.PathEscape(vol)), &upid)
-			if err == nil && upid != "" {
-				err = d.wait(ctx, upid)
-			}
-			if err != nil && !errors.Is(err, pve.ErrNotFound) {
-				return api(err, "removing the seed ISO %s of VM %d", vol, vm.ID)
-			}
-		}
+	return nil
+}
+
+// deleteContent removes volume volid of a node's storage and waits for
+// the task, if the storage runs one. One already gone is not an error.
+func (d *Driver) deleteContent(ctx context.Context, node, storage, volid string) error {
+	var upid string
+	err := d.c.Delete(ctx, fmt.Sprintf("/nodes/%s/storage/%s/content/%s", node, storage, url.PathEscape(volid)), &upid)
+	if err == nil && upid != "" {
+		err = d.wait(ctx, upid)
+	}
+	if err != nil && !errors.Is(err, pve.ErrNotFound) {
+		return api(err, "deleting %s on node %s", volid, node)
 	}
 	return nil
 }
