@@ -3,13 +3,9 @@ package box_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,13 +29,13 @@ import (
 	"github.com/labctl/labctl/internal/cmdutil"
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
-	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/libvirt"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
 	"github.com/labctl/labctl/internal/provider/libvirt/controller"
 	"github.com/labctl/labctl/internal/testing/bootsim"
 	"github.com/labctl/labctl/internal/testing/libvirttest"
+	"github.com/labctl/labctl/internal/testing/nodeimage"
 	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/testing/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
@@ -347,33 +343,7 @@ func domainsOf(t *testing.T, drv *libvirt.Driver) []string {
 // sha256), and returns the driver, to look at the host's domains.
 func placeNodeImage(t *testing.T, d *libvirttest.Daemon) *libvirt.Driver {
 	t.Helper()
-	img := make([]byte, 64)
-	copy(img, []byte{'Q', 'F', 'I', 0xfb})
-	binary.BigEndian.PutUint32(img[4:], 3)
-	binary.BigEndian.PutUint64(img[24:], 1<<30)
-	sum := sha256.Sum256(img)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(img) }))
-	t.Cleanup(srv.Close)
-	drv, err := libvirt.New(t.Context(), libvirt.Options{
-		Name: "kvm1", URI: d.URI(), Pool: kvmStoragePool, PoolPath: "/" + kvmStoragePool, Network: "default",
-		Upload: func(_ context.Context, _ string, r io.Reader, _ int64) error {
-			_, err := io.Copy(io.Discard, r)
-			return err
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = drv.Close() })
-	if err := drv.PrepareHost(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := drv.EnsureImage(t.Context(), hypervisor.ImageSpec{
-		URL: srv.URL + "/" + kvmImageVolume, Checksum: "sha256:" + hex.EncodeToString(sum[:]), FileName: kvmImageVolume,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return drv
+	return nodeimage.Place(t, d, "kvm1", kvmStoragePool, kvmImageVolume)
 }
 
 // applySharedRole applies what 'mgmt install' leaves for the
