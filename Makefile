@@ -44,7 +44,12 @@ LDFLAGS     := -X $(MODULE)/internal/versions.Version=$(VERSION) \
                -X $(MODULE)/internal/versions.Commit=$(COMMIT) \
                -X $(MODULE)/internal/versions.Date=$(DATE)
 BIN         ?= bin/labctl
-TEST_TIMEOUT ?= 30m
+TEST_TIMEOUT ?= 45m
+# Test binaries run at once. go test's default is one per CPU, and some
+# packages mostly wait (internal/access sleeps out the API server's
+# shortest token TTL, 10 min; the real-VM tests wait on TCG guests), so
+# on 2 cores two waiting packages would hold up the rest.
+TEST_P      ?= 4
 FUZZTIME    ?= 2m
 GORELEASER  ?= github.com/goreleaser/goreleaser/v2@v2.15.1
 
@@ -76,7 +81,7 @@ test: ## run every test; builds the test beds first when they are missing
 	else \
 		echo "not root: the real-VM tests will skip (they need libvirtd)"; \
 	fi; \
-	KUBEBUILDER_ASSETS=$$assets $(GO) test -tags provider -count=1 -timeout $(TEST_TIMEOUT) ./...
+	KUBEBUILDER_ASSETS=$$assets $(GO) test -tags provider -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
 
 lint: ## fail on unformatted files, then go vet
 	@unformatted=$$(gofmt -l .); \
