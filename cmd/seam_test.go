@@ -245,3 +245,27 @@ func TestConfigInitCommandLine(t *testing.T) {
 		{args: []string{"--proxmox", "not a url"}, err: `--proxmox "not a url": want the Proxmox VE API URL`},
 	})
 }
+
+// outputCases are the cases of -o on a command that prints data (addOutputFlag):
+// text by default, json and yaml when asked, and nothing else. withOutput is
+// the options the command's run gets for an -o and no other flag.
+func outputCases[O any](withOutput func(out string) *O) []cmdCase[O] {
+	return []cmdCase[O]{
+		{args: nil, want: withOutput("text")},
+		{args: []string{"-o", "json"}, want: withOutput("json")},
+		{args: []string{"--output", "yaml"}, want: withOutput("yaml")},
+		{args: []string{"-o", "wide"}, err: `--output "wide": must be one of text, json, yaml`},
+	}
+}
+
+func TestMgmtUpAndStatusCommandLines(t *testing.T) {
+	testCommandLine(t, "mgmt up", newMgmtUpCmd, []cmdCase[mgmt.UpOptions]{
+		{args: nil, want: &mgmt.UpOptions{}},
+		{args: []string{"--dry-run"}, want: &mgmt.UpOptions{DryRun: true}},
+		{args: []string{"--yes"}, err: "unknown flag: --yes"},
+		{args: []string{"lab1"}, err: `unknown command "lab1" for "labctl mgmt up"`},
+	})
+	testCommandLine(t, "mgmt status", newMgmtStatusCmd, append(outputCases(func(out string) *mgmt.StatusOptions {
+		return &mgmt.StatusOptions{Output: out}
+	}), cmdCase[mgmt.StatusOptions]{args: []string{"--dry-run"}, err: "unknown flag: --dry-run"}))
+}
