@@ -18,6 +18,7 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/configfile"
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/imagebuild"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/mgmt"
 	"github.com/labctl/labctl/internal/scaletest"
@@ -268,4 +269,18 @@ func TestMgmtUpAndStatusCommandLines(t *testing.T) {
 	testCommandLine(t, "mgmt status", newMgmtStatusCmd, append(outputCases(func(out string) *mgmt.StatusOptions {
 		return &mgmt.StatusOptions{Output: out}
 	}), cmdCase[mgmt.StatusOptions]{args: []string{"--dry-run"}, err: "unknown flag: --dry-run"}))
+}
+
+func TestImageCommandLines(t *testing.T) {
+	testCommandLine(t, "image build", newImageBuildCmd, []cmdCase[imagebuild.BuildOptions]{
+		{args: nil, want: &imagebuild.BuildOptions{}},
+		{args: []string{"ubuntu-2404-kube", "--dry-run"}, want: &imagebuild.BuildOptions{Name: "ubuntu-2404-kube", DryRun: true}},
+		{args: []string{"--image-builder", "/src/image-builder", "--kubernetes-version", "v1.35.4", "--verify"},
+			want: &imagebuild.BuildOptions{ImageBuilder: "/src/image-builder", KubernetesVersion: "v1.35.4", Verify: true}},
+		{args: []string{"a", "b"}, err: "accepts at most 1 arg(s), received 2"},
+		{args: []string{"--verify=maybe"}, err: `invalid argument "maybe" for "--verify" flag`},
+	})
+	testCommandLine(t, "image list", newImageListCmd, append(outputCases(func(out string) *imagebuild.ListOptions {
+		return &imagebuild.ListOptions{Output: out}
+	}), cmdCase[imagebuild.ListOptions]{args: []string{"ubuntu"}, err: `unknown command "ubuntu" for "labctl image list"`}))
 }
