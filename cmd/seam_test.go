@@ -284,3 +284,16 @@ func TestImageCommandLines(t *testing.T) {
 		return &imagebuild.ListOptions{Output: out}
 	}), cmdCase[imagebuild.ListOptions]{args: []string{"ubuntu"}, err: `unknown command "ubuntu" for "labctl image list"`}))
 }
+
+func TestClusterListAndDescribeCommandLines(t *testing.T) {
+	testCommandLine(t, "cluster list", newClusterListCmd, append(outputCases(func(out string) *clusterReadOptions {
+		return &clusterReadOptions{Output: out}
+	}), cmdCase[clusterReadOptions]{args: []string{"lab1"}, err: `unknown command "lab1" for "labctl cluster list"`}))
+	testCommandLine(t, "cluster describe", newClusterDescribeCmd, []cmdCase[clusterReadOptions]{
+		{args: []string{"lab1"}, want: &clusterReadOptions{Name: "lab1", Output: "text"}},
+		{args: []string{"lab1", "-o", "yaml"}, want: &clusterReadOptions{Name: "lab1", Output: "yaml"}},
+		{args: []string{"lab1", "-o", "tree"}, err: `--output "tree": must be one of text, json, yaml`},
+		{args: nil, err: "accepts 1 arg(s), received 0"},
+		{args: []string{"lab1", "lab2"}, err: "accepts 1 arg(s), received 2"},
+	})
+}
