@@ -297,3 +297,20 @@ func TestClusterListAndDescribeCommandLines(t *testing.T) {
 		{args: []string{"lab1", "lab2"}, err: "accepts 1 arg(s), received 2"},
 	})
 }
+
+func TestConfigValidateAndViewCommandLines(t *testing.T) {
+	// validate has no flag of its own: -c picks the file, through the
+	// lab's loader the run adds.
+	testCommandLine(t, "config validate", newConfigValidateCmd, []cmdCase[configfile.ValidateOptions]{
+		{args: nil, want: &configfile.ValidateOptions{}},
+		{args: []string{"lab.yaml"}, err: `unknown command "lab.yaml" for "labctl config validate"`},
+		{args: []string{"--strict"}, err: "unknown flag: --strict"},
+	})
+	testCommandLine(t, "config view", newConfigViewCmd, []cmdCase[configfile.ViewOptions]{
+		{args: nil, want: &configfile.ViewOptions{Output: "yaml"}},
+		{args: []string{"-o", "json"}, want: &configfile.ViewOptions{Output: "json"}},
+		// text is the YAML itself.
+		{args: []string{"-o", "text"}, want: &configfile.ViewOptions{Output: "text"}},
+		{args: []string{"-o", "toml"}, err: `--output "toml": must be one of text, json, yaml`},
+	})
+}
