@@ -166,7 +166,7 @@ arguments), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).`,
 		c.GroupID = "lab"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newConfigCmd(f), newDoctorCmd(f), newVersionCmd(f)} {
+	for _, c := range []*cobra.Command{newConfigCmd(f), newDoctorCmd(f, nil), newVersionCmd(f, nil)} {
 		c.GroupID = "setup"
 		root.AddCommand(c)
 	}

@@ -17,12 +17,14 @@ import (
 	"github.com/labctl/labctl/internal/cmdutil"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/configfile"
+	"github.com/labctl/labctl/internal/doctor"
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/imagebuild"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/mgmt"
 	"github.com/labctl/labctl/internal/scaletest"
 	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versioninfo"
 )
 
 // cmdCase is one command line: the options its run is handed, or the
@@ -313,4 +315,17 @@ func TestConfigValidateAndViewCommandLines(t *testing.T) {
 		{args: []string{"-o", "text"}, want: &configfile.ViewOptions{Output: "text"}},
 		{args: []string{"-o", "toml"}, err: `--output "toml": must be one of text, json, yaml`},
 	})
+}
+
+func TestDoctorAndVersionCommandLines(t *testing.T) {
+	testCommandLine(t, "doctor", newDoctorCmd, append(outputCases(func(out string) *doctor.Options {
+		return &doctor.Options{Output: out}
+	}), []cmdCase[doctor.Options]{
+		{args: []string{"--skip-hypervisors", "-o", "json", "--kubeconfig", "mgmt.yaml"},
+			want: &doctor.Options{Output: "json", Kubeconfig: "mgmt.yaml", SkipHypervisors: true}},
+		{args: []string{"--dry-run"}, err: "unknown flag: --dry-run"},
+	}...))
+	testCommandLine(t, "version", newVersionCmd, append(outputCases(func(out string) *versioninfo.VersionOptions {
+		return &versioninfo.VersionOptions{Output: out}
+	}), cmdCase[versioninfo.VersionOptions]{args: []string{"extra"}, err: `unknown command "extra" for "labctl version"`}))
 }
