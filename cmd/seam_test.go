@@ -21,7 +21,9 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/imagebuild"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/labstatus"
 	"github.com/labctl/labctl/internal/mgmt"
+	"github.com/labctl/labctl/internal/orphans"
 	"github.com/labctl/labctl/internal/scaletest"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versioninfo"
@@ -328,4 +330,21 @@ func TestDoctorAndVersionCommandLines(t *testing.T) {
 	testCommandLine(t, "version", newVersionCmd, append(outputCases(func(out string) *versioninfo.VersionOptions {
 		return &versioninfo.VersionOptions{Output: out}
 	}), cmdCase[versioninfo.VersionOptions]{args: []string{"extra"}, err: `unknown command "extra" for "labctl version"`}))
+}
+
+func TestStatusAndGCCommandLines(t *testing.T) {
+	testCommandLine(t, "status", newStatusCmd, append(outputCases(func(out string) *labstatus.Options {
+		return &labstatus.Options{Output: out, Timeout: labstatus.DefaultTimeout}
+	}), []cmdCase[labstatus.Options]{
+		{args: []string{"-o", "json", "--timeout", "30s"}, want: &labstatus.Options{Output: "json", Timeout: 30 * time.Second}},
+		{args: []string{"--timeout", "0s"}, err: "--timeout must be more than 0"},
+		{args: []string{"--timeout", "-1m"}, err: "--timeout must be more than 0"},
+	}...))
+	testCommandLine(t, "gc", newGCCmd, append(outputCases(func(out string) *orphans.Options {
+		return &orphans.Options{Output: out}
+	}), []cmdCase[orphans.Options]{
+		{args: []string{"--dry-run", "-o", "json"}, want: &orphans.Options{DryRun: true, Output: "json"}},
+		{args: []string{"-y", "--force"}, want: &orphans.Options{Yes: true, Force: true, Output: "text"}},
+		{args: []string{"vm-201"}, err: `unknown command "vm-201" for "labctl gc"`},
+	}...))
 }
