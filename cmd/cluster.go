@@ -18,6 +18,6 @@ cluster-autoscaler.`,
 		Example: "  labctl cluster create lab1\n  labctl cluster list",
 	}
 	c.AddCommand(newClusterCreateCmd(f, nil), newClusterScaleCmd(f, nil), newClusterUpgradeCmd(f, nil), newClusterDeleteCmd(f, nil),
-		newClusterListCmd(f), newClusterDescribeCmd(f), newClusterKubeconfigCmd(f, nil))
+		newClusterListCmd(f, nil), newClusterDescribeCmd(f, nil), newClusterKubeconfigCmd(f, nil))
 	return c
 }

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -9,8 +10,21 @@ import (
 	"github.com/labctl/labctl/internal/cmdutil"
 )
 
-func newClusterDescribeCmd(f *cmdutil.Factory) *cobra.Command {
-	var out string
+// newClusterDescribeCmd hands its run clusterReadOptions; the run reaches
+// the management cluster.
+func newClusterDescribeCmd(f *cmdutil.Factory, runF runFunc[clusterReadOptions]) *cobra.Command {
+	var o clusterReadOptions
+	run := orRun(runF, func(ctx context.Context, o *clusterReadOptions) error {
+		co, err := f.ClusterOptions(ctx, o.Name, false, false)
+		if err != nil {
+			return err
+		}
+		d, err := cluster.Describe(ctx, co)
+		if err != nil {
+			return err
+		}
+		return f.IO.Print(o.Output, d, func(w io.Writer) error { return cluster.DescribeText(f.IO, w, d) })
+	})
 	c := &cobra.Command{
 		Use:   "describe NAME",
 		Short: "Show a cluster's object tree and conditions, like clusterctl describe",
@@ -25,21 +39,14 @@ tree. It reads only; no secret is printed.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: labNames(f, clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
+			o.Name = args[0]
+			if err := checkOutput(o.Output); err != nil {
 				return err
 			}
-			o, err := f.ClusterOptions(cmd.Context(), args[0], false, false)
-			if err != nil {
-				return err
-			}
-			d, err := cluster.Describe(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			return f.IO.Print(out, d, func(w io.Writer) error { return cluster.DescribeText(f.IO, w, d) })
+			return run(cmd.Context(), &o)
 		},
 	}
-	addOutputFlag(c, &out)
+	addOutputFlag(c, &o.Output)
 	readsOnly(c)
 	return c
 }

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -9,8 +10,28 @@ import (
 	"github.com/labctl/labctl/internal/cmdutil"
 )
 
-func newClusterListCmd(f *cmdutil.Factory) *cobra.Command {
-	var out string
+// clusterReadOptions are what the commands that only read clusters were
+// asked: the cluster ('cluster describe'; none for 'cluster list') and -o.
+type clusterReadOptions struct {
+	Name   string
+	Output string
+}
+
+// newClusterListCmd hands its run clusterReadOptions; the run reaches the
+// management cluster.
+func newClusterListCmd(f *cmdutil.Factory, runF runFunc[clusterReadOptions]) *cobra.Command {
+	var o clusterReadOptions
+	run := orRun(runF, func(ctx context.Context, o *clusterReadOptions) error {
+		co, err := f.ClusterOptions(ctx, "", false, false)
+		if err != nil {
+			return err
+		}
+		list, err := cluster.List(ctx, co)
+		if err != nil {
+			return err
+		}
+		return f.IO.Print(o.Output, list, func(w io.Writer) error { return co.ListText(w, list) })
+	})
 	c := &cobra.Command{
 		Use:   "list",
 		Short: "List workload clusters and their phase",
@@ -19,21 +40,13 @@ control plane and worker counts. It reads only.`,
 		Example: "  labctl cluster list\n  labctl cluster list -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
+			if err := checkOutput(o.Output); err != nil {
 				return err
 			}
-			o, err := f.ClusterOptions(cmd.Context(), "", false, false)
-			if err != nil {
-				return err
-			}
-			list, err := cluster.List(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			return f.IO.Print(out, list, func(w io.Writer) error { return o.ListText(w, list) })
+			return run(cmd.Context(), &o)
 		},
 	}
-	addOutputFlag(c, &out)
+	addOutputFlag(c, &o.Output)
 	readsOnly(c)
 	return c
 }

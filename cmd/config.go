@@ -19,6 +19,6 @@ Secrets never go in the file: it names the environment variable or file that
 holds each one.`,
 		Example: "  labctl config init\n  labctl config validate",
 	}
-	c.AddCommand(newConfigInitCmd(f, nil), newConfigValidateCmd(f), newConfigViewCmd(f))
+	c.AddCommand(newConfigInitCmd(f, nil), newConfigValidateCmd(f, nil), newConfigViewCmd(f, nil))
 	return c
 }

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"errors"
 
 	"github.com/spf13/cobra"
@@ -9,9 +10,19 @@ import (
 	"github.com/labctl/labctl/internal/doctor"
 )
 
-func newDoctorCmd(f *cmdutil.Factory) *cobra.Command {
-	var out string
-	var skipHV bool
+// newDoctorCmd hands its run doctor.Options with the command line's fields
+// set (Kubeconfig from --kubeconfig); the run adds the streams and the
+// lab's loader: doctor loads the lab itself, as its first check.
+func newDoctorCmd(f *cmdutil.Factory, runF runFunc[doctor.Options]) *cobra.Command {
+	var o doctor.Options
+	run := orRun(runF, func(ctx context.Context, o *doctor.Options) error {
+		o.IO, o.LoadLab = f.IO, f.Lab
+		_, err := doctor.Run(ctx, *o)
+		if errors.Is(err, doctor.ErrFailed) {
+			return codeError{exitError}
+		}
+		return err
+	})
 	c := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check that labctl has what it needs here",
@@ -53,21 +64,15 @@ Each check is ok, warn or fail. labctl doctor exits 1 when any check fails.`,
 		Example: "  labctl doctor\n  labctl doctor -c examples/lab.yaml -o json\n  labctl doctor --kubeconfig ~/.kube/mgmt.yaml",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
+			if err := checkOutput(o.Output); err != nil {
 				return err
 			}
-			_, err := doctor.Run(cmd.Context(), doctor.Options{
-				IO: f.IO, Output: out, LoadLab: f.Lab,
-				Kubeconfig: f.Settings.Kubeconfig, SkipHypervisors: skipHV,
-			})
-			if errors.Is(err, doctor.ErrFailed) {
-				return codeError{exitError}
-			}
-			return err
+			o.Kubeconfig = f.Settings.Kubeconfig
+			return run(cmd.Context(), &o)
 		},
 	}
-	addOutputFlag(c, &out)
-	c.Flags().BoolVar(&skipHV, "skip-hypervisors", false, "do not call the Proxmox API or libvirt (config and local checks only)")
+	addOutputFlag(c, &o.Output)
+	c.Flags().BoolVar(&o.SkipHypervisors, "skip-hypervisors", false, "do not call the Proxmox API or libvirt (config and local checks only)")
 	readsOnly(c)
 	return c
 }

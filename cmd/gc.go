@@ -1,14 +1,23 @@
 package cmd
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/orphans"
 )
 
-func newGCCmd(f *cmdutil.Factory) *cobra.Command {
+// newGCCmd hands its run orphans.Options with the command line's fields
+// set; the run adds what it reaches.
+func newGCCmd(f *cmdutil.Factory, runF runFunc[orphans.Options]) *cobra.Command {
 	var o orphans.Options
+	run := orRun(runF, withLab(f, func(ctx context.Context, lab *config.Lab, o *orphans.Options) error {
+		o.IO, o.Lab, o.Mgmt, o.Driver = f.IO, lab, f.OwnMgmt, f.Driver
+		return orphans.GC(ctx, *o)
+	}))
 	c := &cobra.Command{
 		Use:   "gc",
 		Short: "Find and delete what labctl made that nothing owns any more",
@@ -40,12 +49,7 @@ finds what is left.`,
 			if err := checkOutput(o.Output); err != nil {
 				return err
 			}
-			lab, _, err := f.Lab(cmd.Context())
-			if err != nil {
-				return err
-			}
-			o.IO, o.Lab, o.Mgmt, o.Driver = f.IO, lab, f.OwnMgmt, f.Driver
-			return orphans.GC(cmd.Context(), o)
+			return run(cmd.Context(), &o)
 		},
 	}
 	addDryRunFlag(c, &o.DryRun)

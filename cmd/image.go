@@ -22,6 +22,6 @@ any state file. On libvirt hosts they are the storage volume
 'image list' shows the Proxmox templates.`,
 		Example: "  labctl image build --image-builder ~/src/image-builder\n  labctl image list",
 	}
-	c.AddCommand(newImageBuildCmd(f), newImageListCmd(f))
+	c.AddCommand(newImageBuildCmd(f, nil), newImageListCmd(f, nil))
 	return c
 }

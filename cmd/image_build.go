@@ -1,15 +1,23 @@
 package cmd
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/imagebuild"
 )
 
-func newImageBuildCmd(f *cmdutil.Factory) *cobra.Command {
-	var dryRun, verify bool
-	var builderDir, kubeVersion string
+// newImageBuildCmd hands its run imagebuild.BuildOptions with the command
+// line's fields set; the run adds what it reaches.
+func newImageBuildCmd(f *cmdutil.Factory, runF runFunc[imagebuild.BuildOptions]) *cobra.Command {
+	var o imagebuild.BuildOptions
+	run := orRun(runF, withLabFrom(f, func(ctx context.Context, lab *config.Lab, src config.Source, o *imagebuild.BuildOptions) error {
+		o.IO, o.Lab, o.Source, o.Driver, o.Verbose = f.IO, lab, src, f.Driver, f.Settings.Verbose
+		return imagebuild.Build(ctx, *o)
+	}))
 	c := &cobra.Command{
 		Use:   "build [NAME]",
 		Short: "Build the images in lab.yaml (all of them without NAME)",
@@ -56,22 +64,16 @@ and uploads nothing.`,
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: labNames(f, imageNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			lab, src, err := f.Lab(cmd.Context())
-			if err != nil {
-				return err
-			}
-			o := imagebuild.BuildOptions{IO: f.IO, Lab: lab, Source: src, Driver: f.Driver,
-				ImageBuilder: builderDir, KubernetesVersion: kubeVersion, DryRun: dryRun, Verify: verify, Verbose: f.Settings.Verbose}
 			if len(args) == 1 {
 				o.Name = args[0]
 			}
-			return imagebuild.Build(cmd.Context(), o)
+			return run(cmd.Context(), &o)
 		},
 	}
-	addDryRunFlag(c, &dryRun)
-	c.Flags().StringVar(&builderDir, "image-builder", "", "kubernetes-sigs/image-builder checkout at the pinned tag (overrides images[].imageBuilder)")
+	addDryRunFlag(c, &o.DryRun)
+	c.Flags().StringVar(&o.ImageBuilder, "image-builder", "", "kubernetes-sigs/image-builder checkout at the pinned tag (overrides images[].imageBuilder)")
 	_ = c.MarkFlagDirname("image-builder")
-	c.Flags().StringVar(&kubeVersion, "kubernetes-version", "", "build at this Kubernetes version (e.g. v1.35.4) instead of images[].kubernetesVersion")
-	c.Flags().BoolVar(&verify, "verify", false, "libvirt hosts: read back every volume that looks complete and check its sha256 (as long as an upload)")
+	c.Flags().StringVar(&o.KubernetesVersion, "kubernetes-version", "", "build at this Kubernetes version (e.g. v1.35.4) instead of images[].kubernetesVersion")
+	c.Flags().BoolVar(&o.Verify, "verify", false, "libvirt hosts: read back every volume that looks complete and check its sha256 (as long as an upload)")
 	return c
 }

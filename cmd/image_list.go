@@ -1,14 +1,23 @@
 package cmd
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/imagebuild"
 )
 
-func newImageListCmd(f *cmdutil.Factory) *cobra.Command {
-	var out string
+// newImageListCmd hands its run imagebuild.ListOptions with the command
+// line's fields set; the run adds what it reaches.
+func newImageListCmd(f *cmdutil.Factory, runF runFunc[imagebuild.ListOptions]) *cobra.Command {
+	var o imagebuild.ListOptions
+	run := orRun(runF, withLab(f, func(ctx context.Context, lab *config.Lab, o *imagebuild.ListOptions) error {
+		o.IO, o.Lab, o.Driver = f.IO, lab, f.Driver
+		return imagebuild.List(ctx, *o)
+	}))
 	c := &cobra.Command{
 		Use:   "list",
 		Short: "List the node images on the hypervisors",
@@ -19,17 +28,13 @@ the storage pool of every libvirt host.`,
 		Example: "  labctl image list\n  labctl image list -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
+			if err := checkOutput(o.Output); err != nil {
 				return err
 			}
-			lab, _, err := f.Lab(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return imagebuild.List(cmd.Context(), imagebuild.ListOptions{IO: f.IO, Lab: lab, Driver: f.Driver, Output: out})
+			return run(cmd.Context(), &o)
 		},
 	}
-	addOutputFlag(c, &out)
+	addOutputFlag(c, &o.Output)
 	readsOnly(c)
 	return c
 }

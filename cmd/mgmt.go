@@ -18,7 +18,7 @@ Its kubeconfig is stored with mode 0600 at
 $XDG_CONFIG_HOME/labctl/<lab>/mgmt.kubeconfig.`,
 		Example: "  labctl mgmt up\n  labctl mgmt status\n  labctl mgmt backup lab.age",
 	}
-	c.AddCommand(newMgmtUpCmd(f), newMgmtInstallCmd(f, nil), newMgmtUpgradeCmd(f, nil), newMgmtStatusCmd(f), newMgmtKubeconfigCmd(f, nil),
+	c.AddCommand(newMgmtUpCmd(f, nil), newMgmtInstallCmd(f, nil), newMgmtUpgradeCmd(f, nil), newMgmtStatusCmd(f, nil), newMgmtKubeconfigCmd(f, nil),
 		newMgmtDownCmd(f, nil), newMgmtBackupCmd(f, nil), newMgmtRestoreCmd(f, nil))
 	return c
 }

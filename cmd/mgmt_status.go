@@ -1,16 +1,28 @@
 package cmd
 
 import (
+	"context"
 	"errors"
 
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/mgmt"
 )
 
-func newMgmtStatusCmd(f *cmdutil.Factory) *cobra.Command {
-	var out string
+// newMgmtStatusCmd hands its run mgmt.StatusOptions with the command
+// line's fields set; the run adds what it reaches.
+func newMgmtStatusCmd(f *cmdutil.Factory, runF runFunc[mgmt.StatusOptions]) *cobra.Command {
+	var o mgmt.StatusOptions
+	run := orRun(runF, withLab(f, func(ctx context.Context, lab *config.Lab, o *mgmt.StatusOptions) error {
+		o.IO, o.Lab, o.Mgmt, o.Verbose = f.IO, lab, f.Mgmt, f.Settings.Verbose
+		_, err := mgmt.Status(ctx, *o)
+		if errors.Is(err, mgmt.ErrNotReady) {
+			return codeError{exitError}
+		}
+		return err
+	}))
 	c := &cobra.Command{
 		Use:   "status",
 		Short: "Show each management component: wanted and installed version, readiness",
@@ -25,23 +37,13 @@ Exits 0 when every component is ready, 1 when one is not.`,
   labctl mgmt status --kubeconfig ~/.kube/other -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
+			if err := checkOutput(o.Output); err != nil {
 				return err
 			}
-			lab, _, err := f.Lab(cmd.Context())
-			if err != nil {
-				return err
-			}
-			_, err = mgmt.Status(cmd.Context(), mgmt.StatusOptions{
-				IO: f.IO, Lab: lab, Mgmt: f.Mgmt, Output: out, Verbose: f.Settings.Verbose,
-			})
-			if errors.Is(err, mgmt.ErrNotReady) {
-				return codeError{exitError}
-			}
-			return err
+			return run(cmd.Context(), &o)
 		},
 	}
-	addOutputFlag(c, &out)
+	addOutputFlag(c, &o.Output)
 	readsOnly(c)
 	return c
 }

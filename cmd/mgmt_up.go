@@ -1,14 +1,25 @@
 package cmd
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/mgmt"
 )
 
-func newMgmtUpCmd(f *cmdutil.Factory) *cobra.Command {
-	var dryRun bool
+// newMgmtUpCmd hands its run mgmt.UpOptions with the command line's
+// fields set; the run adds what it reaches.
+func newMgmtUpCmd(f *cmdutil.Factory, runF runFunc[mgmt.UpOptions]) *cobra.Command {
+	var o mgmt.UpOptions
+	run := orRun(runF, withLabFrom(f, func(ctx context.Context, lab *config.Lab, src config.Source, o *mgmt.UpOptions) error {
+		v := f.Settings.Verbose
+		o.IO, o.Lab, o.Source, o.Verbose, o.Driver = f.IO, lab, src, v, f.Driver
+		o.Installer = &mgmt.StackInstaller{IO: f.IO, Verbose: v, Connect: f.Connect}
+		return mgmt.Up(ctx, *o)
+	}))
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Create the management VM and install the management stack",
@@ -21,17 +32,9 @@ run that was interrupted picks up where it stopped.`,
   labctl mgmt up --dry-run      # the built-in one-machine lab when there is no lab.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lab, src, err := f.Lab(cmd.Context())
-			if err != nil {
-				return err
-			}
-			v := f.Settings.Verbose
-			return mgmt.Up(cmd.Context(), mgmt.UpOptions{
-				IO: f.IO, Lab: lab, Source: src, DryRun: dryRun, Verbose: v, Driver: f.Driver,
-				Installer: &mgmt.StackInstaller{IO: f.IO, Verbose: v, Connect: f.Connect},
-			})
+			return run(cmd.Context(), &o)
 		},
 	}
-	addDryRunFlag(c, &dryRun)
+	addDryRunFlag(c, &o.DryRun)
 	return c
 }

@@ -3,6 +3,8 @@
 package cmd
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cmdutil"
@@ -28,12 +30,18 @@ func newProviderCmd(f *cmdutil.Factory) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 	}
-	c.AddCommand(newProviderLibvirtCmd(f))
+	c.AddCommand(newProviderLibvirtCmd(f, nil))
 	return c
 }
 
-func newProviderLibvirtCmd(f *cmdutil.Factory) *cobra.Command {
+// newProviderLibvirtCmd hands its run controller.Options with the command
+// line's fields set (Kubeconfig from --kubeconfig); the run adds the log.
+func newProviderLibvirtCmd(f *cmdutil.Factory, runF runFunc[controller.Options]) *cobra.Command {
 	var o controller.Options
+	run := orRun(runF, func(ctx context.Context, o *controller.Options) error {
+		o.Log = f.IO.Err
+		return controller.Run(ctx, *o)
+	})
 	c := &cobra.Command{
 		Use:   "libvirt",
 		Short: "Run the Cluster API infrastructure provider for libvirt hosts",
@@ -45,8 +53,7 @@ interrupted. Its Deployment runs this; see docs/libvirt-provider.md.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Kubeconfig = f.Settings.Kubeconfig
-			o.Log = f.IO.Err
-			return controller.Run(cmd.Context(), o)
+			return run(cmd.Context(), &o)
 		},
 	}
 	fl := c.Flags()

@@ -8,8 +8,23 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/labctl/labctl/internal/provider/libvirt/controller"
 	"github.com/labctl/labctl/internal/provider/libvirt/release"
 )
+
+// 'provider libvirt' is built only with -tags provider, so its command
+// line is table-tested here rather than in seam_test.go.
+func TestProviderLibvirtCommandLine(t *testing.T) {
+	testCommandLine(t, "provider libvirt", newProviderLibvirtCmd, []cmdCase[controller.Options]{
+		{args: nil, want: &controller.Options{HealthAddr: ":9440", Concurrency: 4}},
+		{args: []string{"--kubeconfig", "mgmt.kubeconfig", "--namespace", "lab1", "--health-addr", "0",
+			"--leader-elect", "--leader-election-namespace", "capl-system", "--concurrency", "8"},
+			want: &controller.Options{Kubeconfig: "mgmt.kubeconfig", Namespace: "lab1", HealthAddr: "0",
+				LeaderElect: true, LeaderElectionNamespace: "capl-system", Concurrency: 8}},
+		{args: []string{"--concurrency", "many"}, err: `invalid argument "many" for "--concurrency" flag`},
+		{args: []string{"extra"}, err: `unknown command "extra" for "labctl provider libvirt"`},
+	})
+}
 
 // The provider's Deployment runs labctl with its own args: they must be
 // flags 'labctl provider libvirt' knows.

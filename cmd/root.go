@@ -162,11 +162,11 @@ arguments), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).`,
 		&cobra.Group{ID: "lab", Title: "Lab commands:"},
 		&cobra.Group{ID: "setup", Title: "Setup and inspection:"},
 	)
-	for _, c := range []*cobra.Command{newMgmtCmd(f), newImageCmd(f), newClusterCmd(f), newScaleTestCmd(f, nil), newStatusCmd(f), newGCCmd(f)} {
+	for _, c := range []*cobra.Command{newMgmtCmd(f), newImageCmd(f), newClusterCmd(f), newScaleTestCmd(f, nil), newStatusCmd(f, nil), newGCCmd(f, nil)} {
 		c.GroupID = "lab"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newConfigCmd(f), newDoctorCmd(f), newVersionCmd(f)} {
+	for _, c := range []*cobra.Command{newConfigCmd(f), newDoctorCmd(f, nil), newVersionCmd(f, nil)} {
 		c.GroupID = "setup"
 		root.AddCommand(c)
 	}

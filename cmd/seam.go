@@ -58,12 +58,20 @@ func setEffect(c *cobra.Command, effect string) {
 
 // withLab is a real run that loads the lab first.
 func withLab[O any](f *cmdutil.Factory, run func(ctx context.Context, lab *config.Lab, o *O) error) runFunc[O] {
+	return withLabFrom(f, func(ctx context.Context, lab *config.Lab, _ config.Source, o *O) error {
+		return run(ctx, lab, o)
+	})
+}
+
+// withLabFrom is withLab for a run that also says where the lab was read
+// from.
+func withLabFrom[O any](f *cmdutil.Factory, run func(ctx context.Context, lab *config.Lab, src config.Source, o *O) error) runFunc[O] {
 	return func(ctx context.Context, o *O) error {
-		lab, _, err := f.Lab(ctx)
+		lab, src, err := f.Lab(ctx)
 		if err != nil {
 			return err
 		}
-		return run(ctx, lab, o)
+		return run(ctx, lab, src, o)
 	}
 }
 

@@ -17,11 +17,16 @@ import (
 	"github.com/labctl/labctl/internal/cmdutil"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/configfile"
+	"github.com/labctl/labctl/internal/doctor"
 	"github.com/labctl/labctl/internal/hypervisor"
+	"github.com/labctl/labctl/internal/imagebuild"
 	"github.com/labctl/labctl/internal/kube"
+	"github.com/labctl/labctl/internal/labstatus"
 	"github.com/labctl/labctl/internal/mgmt"
+	"github.com/labctl/labctl/internal/orphans"
 	"github.com/labctl/labctl/internal/scaletest"
 	"github.com/labctl/labctl/internal/ui"
+	"github.com/labctl/labctl/internal/versioninfo"
 )
 
 // cmdCase is one command line: the options its run is handed, or the
@@ -245,4 +250,102 @@ func TestConfigInitCommandLine(t *testing.T) {
 		{args: []string{"--local", "--proxmox", "https://pve1.lan:8006"}, err: "--local and --proxmox cannot be used together; pass only one"},
 		{args: []string{"--proxmox", "not a url"}, err: `--proxmox "not a url": want the Proxmox VE API URL`},
 	})
+}
+
+// outputCases are the cases of -o on a command that prints data (addOutputFlag):
+// text by default, json and yaml when asked, and nothing else. withOutput is
+// the options the command's run gets for an -o and no other flag.
+func outputCases[O any](withOutput func(out string) *O) []cmdCase[O] {
+	return []cmdCase[O]{
+		{args: nil, want: withOutput("text")},
+		{args: []string{"-o", "json"}, want: withOutput("json")},
+		{args: []string{"--output", "yaml"}, want: withOutput("yaml")},
+		{args: []string{"-o", "wide"}, err: `--output "wide": must be one of text, json, yaml`},
+	}
+}
+
+func TestMgmtUpAndStatusCommandLines(t *testing.T) {
+	testCommandLine(t, "mgmt up", newMgmtUpCmd, []cmdCase[mgmt.UpOptions]{
+		{args: nil, want: &mgmt.UpOptions{}},
+		{args: []string{"--dry-run"}, want: &mgmt.UpOptions{DryRun: true}},
+		{args: []string{"--yes"}, err: "unknown flag: --yes"},
+		{args: []string{"lab1"}, err: `unknown command "lab1" for "labctl mgmt up"`},
+	})
+	testCommandLine(t, "mgmt status", newMgmtStatusCmd, append(outputCases(func(out string) *mgmt.StatusOptions {
+		return &mgmt.StatusOptions{Output: out}
+	}), cmdCase[mgmt.StatusOptions]{args: []string{"--dry-run"}, err: "unknown flag: --dry-run"}))
+}
+
+func TestImageCommandLines(t *testing.T) {
+	testCommandLine(t, "image build", newImageBuildCmd, []cmdCase[imagebuild.BuildOptions]{
+		{args: nil, want: &imagebuild.BuildOptions{}},
+		{args: []string{"ubuntu-2404-kube", "--dry-run"}, want: &imagebuild.BuildOptions{Name: "ubuntu-2404-kube", DryRun: true}},
+		{args: []string{"--image-builder", "/src/image-builder", "--kubernetes-version", "v1.35.4", "--verify"},
+			want: &imagebuild.BuildOptions{ImageBuilder: "/src/image-builder", KubernetesVersion: "v1.35.4", Verify: true}},
+		{args: []string{"a", "b"}, err: "accepts at most 1 arg(s), received 2"},
+		{args: []string{"--verify=maybe"}, err: `invalid argument "maybe" for "--verify" flag`},
+	})
+	testCommandLine(t, "image list", newImageListCmd, append(outputCases(func(out string) *imagebuild.ListOptions {
+		return &imagebuild.ListOptions{Output: out}
+	}), cmdCase[imagebuild.ListOptions]{args: []string{"ubuntu"}, err: `unknown command "ubuntu" for "labctl image list"`}))
+}
+
+func TestClusterListAndDescribeCommandLines(t *testing.T) {
+	testCommandLine(t, "cluster list", newClusterListCmd, append(outputCases(func(out string) *clusterReadOptions {
+		return &clusterReadOptions{Output: out}
+	}), cmdCase[clusterReadOptions]{args: []string{"lab1"}, err: `unknown command "lab1" for "labctl cluster list"`}))
+	testCommandLine(t, "cluster describe", newClusterDescribeCmd, []cmdCase[clusterReadOptions]{
+		{args: []string{"lab1"}, want: &clusterReadOptions{Name: "lab1", Output: "text"}},
+		{args: []string{"lab1", "-o", "yaml"}, want: &clusterReadOptions{Name: "lab1", Output: "yaml"}},
+		{args: []string{"lab1", "-o", "tree"}, err: `--output "tree": must be one of text, json, yaml`},
+		{args: nil, err: "accepts 1 arg(s), received 0"},
+		{args: []string{"lab1", "lab2"}, err: "accepts 1 arg(s), received 2"},
+	})
+}
+
+func TestConfigValidateAndViewCommandLines(t *testing.T) {
+	// validate has no flag of its own: -c picks the file, through the
+	// lab's loader the run adds.
+	testCommandLine(t, "config validate", newConfigValidateCmd, []cmdCase[configfile.ValidateOptions]{
+		{args: nil, want: &configfile.ValidateOptions{}},
+		{args: []string{"lab.yaml"}, err: `unknown command "lab.yaml" for "labctl config validate"`},
+		{args: []string{"--strict"}, err: "unknown flag: --strict"},
+	})
+	testCommandLine(t, "config view", newConfigViewCmd, []cmdCase[configfile.ViewOptions]{
+		{args: nil, want: &configfile.ViewOptions{Output: "yaml"}},
+		{args: []string{"-o", "json"}, want: &configfile.ViewOptions{Output: "json"}},
+		// text is the YAML itself.
+		{args: []string{"-o", "text"}, want: &configfile.ViewOptions{Output: "text"}},
+		{args: []string{"-o", "toml"}, err: `--output "toml": must be one of text, json, yaml`},
+	})
+}
+
+func TestDoctorAndVersionCommandLines(t *testing.T) {
+	testCommandLine(t, "doctor", newDoctorCmd, append(outputCases(func(out string) *doctor.Options {
+		return &doctor.Options{Output: out}
+	}), []cmdCase[doctor.Options]{
+		{args: []string{"--skip-hypervisors", "-o", "json", "--kubeconfig", "mgmt.yaml"},
+			want: &doctor.Options{Output: "json", Kubeconfig: "mgmt.yaml", SkipHypervisors: true}},
+		{args: []string{"--dry-run"}, err: "unknown flag: --dry-run"},
+	}...))
+	testCommandLine(t, "version", newVersionCmd, append(outputCases(func(out string) *versioninfo.VersionOptions {
+		return &versioninfo.VersionOptions{Output: out}
+	}), cmdCase[versioninfo.VersionOptions]{args: []string{"extra"}, err: `unknown command "extra" for "labctl version"`}))
+}
+
+func TestStatusAndGCCommandLines(t *testing.T) {
+	testCommandLine(t, "status", newStatusCmd, append(outputCases(func(out string) *labstatus.Options {
+		return &labstatus.Options{Output: out, Timeout: labstatus.DefaultTimeout}
+	}), []cmdCase[labstatus.Options]{
+		{args: []string{"-o", "json", "--timeout", "30s"}, want: &labstatus.Options{Output: "json", Timeout: 30 * time.Second}},
+		{args: []string{"--timeout", "0s"}, err: "--timeout must be more than 0"},
+		{args: []string{"--timeout", "-1m"}, err: "--timeout must be more than 0"},
+	}...))
+	testCommandLine(t, "gc", newGCCmd, append(outputCases(func(out string) *orphans.Options {
+		return &orphans.Options{Output: out}
+	}), []cmdCase[orphans.Options]{
+		{args: []string{"--dry-run", "-o", "json"}, want: &orphans.Options{DryRun: true, Output: "json"}},
+		{args: []string{"-y", "--force"}, want: &orphans.Options{Yes: true, Force: true, Output: "text"}},
+		{args: []string{"vm-201"}, err: `unknown command "vm-201" for "labctl gc"`},
+	}...))
 }

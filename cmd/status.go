@@ -1,20 +1,28 @@
 package cmd
 
 import (
+	"context"
 	"errors"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/labctl/labctl/internal/cmdutil"
+	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/labstatus"
 )
 
-func newStatusCmd(f *cmdutil.Factory) *cobra.Command {
-	var (
-		out     string
-		timeout time.Duration
-	)
+// newStatusCmd hands its run labstatus.Options with the command line's
+// fields set; the run adds what it reaches.
+func newStatusCmd(f *cmdutil.Factory, runF runFunc[labstatus.Options]) *cobra.Command {
+	var o labstatus.Options
+	run := orRun(runF, withLab(f, func(ctx context.Context, lab *config.Lab, o *labstatus.Options) error {
+		o.IO, o.Lab, o.Driver, o.Mgmt, o.Workload, o.Verbose = f.IO, lab, f.Driver, f.Mgmt, f.Workload, f.Settings.Verbose
+		_, err := labstatus.Status(ctx, *o)
+		if errors.Is(err, labstatus.ErrIncomplete) {
+			return codeError{exitError}
+		}
+		return err
+	}))
 	c := &cobra.Command{
 		Use:   "status",
 		Short: "Show the whole lab on one screen: hosts, management, images, clusters, orphans",
@@ -46,28 +54,17 @@ which and why).`,
 		Example: "  labctl status\n  labctl status -o json | jq '.hypervisors[] | select(.reachable | not)'",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
+			if err := checkOutput(o.Output); err != nil {
 				return err
 			}
-			if timeout <= 0 {
+			if o.Timeout <= 0 {
 				return usageError{errors.New("--timeout must be more than 0")}
 			}
-			lab, _, err := f.Lab(cmd.Context())
-			if err != nil {
-				return err
-			}
-			_, err = labstatus.Status(cmd.Context(), labstatus.Options{
-				IO: f.IO, Lab: lab, Output: out, Driver: f.Driver, Mgmt: f.Mgmt, Workload: f.Workload,
-				Timeout: timeout, Verbose: f.Settings.Verbose,
-			})
-			if errors.Is(err, labstatus.ErrIncomplete) {
-				return codeError{exitError}
-			}
-			return err
+			return run(cmd.Context(), &o)
 		},
 	}
 	readsOnly(c)
-	addOutputFlag(c, &out)
-	c.Flags().DurationVar(&timeout, "timeout", labstatus.DefaultTimeout, "how long each part (a host, the stack, a cluster's Nodes, the orphans) may take before it is shown as not answering")
+	addOutputFlag(c, &o.Output)
+	c.Flags().DurationVar(&o.Timeout, "timeout", labstatus.DefaultTimeout, "how long each part (a host, the stack, a cluster's Nodes, the orphans) may take before it is shown as not answering")
 	return c
 }

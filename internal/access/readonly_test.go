@@ -1,7 +1,6 @@
 package access_test
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -56,8 +55,8 @@ func TestReadOnlyKubeconfig(t *testing.T) {
 	dir := t.TempDir()
 	export := func(name string, ttl time.Duration) (string, string) {
 		t.Helper()
-		var out, errb bytes.Buffer
-		o := access.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Admin: admin, What: "the box", TTL: ttl, RevokeCommand: "revoke"}
+		io, _, _, errb := ui.Test()
+		o := access.Options{IO: io, Admin: admin, What: "the box", TTL: ttl, RevokeCommand: "revoke"}
 		path := filepath.Join(dir, name)
 		if err := access.Export(ctx, o, kube.ExportOptions{Write: path, Name: "box-readonly"}); err != nil {
 			t.Fatalf("read-only export: %v\n%s", err, errb.String())
@@ -138,8 +137,9 @@ func TestReadOnlyKubeconfig(t *testing.T) {
 	looks(clientOf(second))
 
 	// Revoke: every token of the ServiceAccount is refused at once.
-	var errb bytes.Buffer
-	if err := access.Revoke(ctx, access.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &errb, Err: &errb}, Admin: admin, What: "the box"}); err != nil {
+	io, _, _, errb := ui.Test()
+	io.Out = io.Err
+	if err := access.Revoke(ctx, access.Options{IO: io, Admin: admin, What: "the box"}); err != nil {
 		t.Fatalf("revoke: %v\n%s", err, errb.String())
 	}
 	for _, p := range []string{first, second} {
@@ -148,7 +148,7 @@ func TestReadOnlyKubeconfig(t *testing.T) {
 	if _, found, _ := c.Get(ctx, kube.Ref{GVK: access.Objects()[1].GroupVersionKind(), Name: access.Name}); found {
 		t.Fatal("revoke left the ClusterRoleBinding")
 	}
-	if err := access.Revoke(ctx, access.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &errb, Err: &errb}, Admin: admin, What: "the box"}); err != nil {
+	if err := access.Revoke(ctx, access.Options{IO: io, Admin: admin, What: "the box"}); err != nil {
 		t.Fatalf("revoking again: %v", err)
 	}
 

@@ -135,9 +135,10 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var out, errb bytes.Buffer
+	io, _, out, errb := ui.Test()
+	io.InTTY, io.ErrTTY = true, true
 	dir := t.TempDir()
-	opts := cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb, InTTY: true, ErrTTY: true}, Lab: lab, Name: "lab1", Mgmt: mgmt,
+	opts := cluster.Options{IO: io, Lab: lab, Name: "lab1", Mgmt: mgmt,
 		KubeconfigDir: dir, Timeout: time.Minute, Verbose: 1}
 	began := time.Now()
 	if err := cluster.Create(ctx, opts); err != nil {
@@ -784,8 +785,9 @@ func TestCreateChecksPrerequisitesBeforeWriting(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, dry := range []bool{true, false} {
-				var errb bytes.Buffer
-				err = cluster.Create(t.Context(), cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &errb, Err: &errb}, Lab: lab, Name: "lab1", Mgmt: mgmt,
+				io, _, errb, _ := ui.Test()
+				io.Err = errb
+				err = cluster.Create(t.Context(), cluster.Options{IO: io, Lab: lab, Name: "lab1", Mgmt: mgmt,
 					KubeconfigDir: t.TempDir(), Timeout: 10 * time.Second, DryRun: dry})
 				if err == nil {
 					t.Fatalf("create (dry run %v) on a management cluster lacking %s succeeded\n%s", dry, tc.name, errb.String())

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/pem"
 	"os"
@@ -142,8 +141,9 @@ func TestCredentialsFromLabFiles(t *testing.T) {
 // no data: the hypervisor whose files fill them, nothing of the files.
 func TestPrintObjectsShowsNoCredentials(t *testing.T) {
 	lab, files := mixedLab(t)
-	var out bytes.Buffer
-	if err := PrintObjects(&ui.IO{Out: &out, Err: &out}, lab, "lab1", "yaml"); err != nil {
+	io, _, out, _ := ui.Test()
+	io.Err = out
+	if err := PrintObjects(io, lab, "lab1", "yaml"); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()

@@ -33,7 +33,7 @@ func TestAutoscalerRBACAllowsScaling(t *testing.T) {
 		t.Fatal(err)
 	}
 	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{ownerKey}
-	comps, err := components.Build(lab, versions.MustGet(), components.Options{})
+	comps, err := components.Build(lab, versions.MustGet(), components.Options{LocalFiles: components.SkipLocalFiles})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -50,8 +49,9 @@ func TestTenantScaleEditsTheTopology(t *testing.T) {
 	if _, err := mgmt.Apply(ctx, r.Objects, kube.ApplyOptions{}); err != nil {
 		t.Fatalf("applying tenant1 as create does: %v", err)
 	}
-	var out bytes.Buffer
-	opts := cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &out}, Lab: lab, Name: "tenant1", Mgmt: mgmt}
+	io, _, out, _ := ui.Test()
+	io.Err = out
+	opts := cluster.Options{IO: io, Lab: lab, Name: "tenant1", Mgmt: mgmt}
 	if err := cluster.Scale(ctx, cluster.ScaleOptions{Options: opts, Min: ptr.To(1), Max: ptr.To(7)}); err != nil {
 		t.Fatalf("scale: %v\n%s", err, out.String())
 	}
@@ -99,8 +99,9 @@ func TestTenantCreateNeedsTheClusterClass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var errb bytes.Buffer
-	err = cluster.Create(t.Context(), cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &errb, Err: &errb}, Lab: tenantsLab(t), Name: "tenant1", Mgmt: mgmt,
+	io, _, errb, _ := ui.Test()
+	io.Err = errb
+	err = cluster.Create(t.Context(), cluster.Options{IO: io, Lab: tenantsLab(t), Name: "tenant1", Mgmt: mgmt,
 		KubeconfigDir: t.TempDir(), Timeout: 10 * time.Second, DryRun: true})
 	if err == nil || !strings.Contains(err.Error(), "ClusterClass "+clusterapi.ClassNamespace+"/labctl-kamaji-proxmox is missing") || !strings.Contains(err.Error(), "labctl mgmt install") {
 		t.Errorf("create of a tenant without its ClusterClass: %v", err)

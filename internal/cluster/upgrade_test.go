@@ -1,7 +1,6 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -135,8 +134,8 @@ func TestUpgradePreflightPlanFailureAndResume(t *testing.T) {
 	run := func(mod func(*cluster.UpgradeOptions)) (string, *cluster.UpgradeReport, int64, error) {
 		t.Helper()
 		kc, writes := testbed.CountingClient(env)
-		var errb bytes.Buffer
-		o := cluster.UpgradeOptions{Options: cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &errb}, Lab: lab, Name: "lab1", Mgmt: kc,
+		io, _, _, errb := ui.Test()
+		o := cluster.UpgradeOptions{Options: cluster.Options{IO: io, Lab: lab, Name: "lab1", Mgmt: kc,
 			Timeout: time.Minute, Verbose: 1}, Driver: driver, Yes: true}
 		if mod != nil {
 			mod(&o)

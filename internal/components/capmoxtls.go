@@ -38,7 +38,7 @@ type capmoxTLS struct {
 	// caFile is set when the lab trusts the server through a CA file.
 	caFile string
 	// caPEM is its content; nil when the files were not read (status,
-	// emitted manifests: see Options.ReadSecret).
+	// emitted manifests: SkipLocalFiles).
 	caPEM []byte
 }
 

@@ -55,7 +55,7 @@ func TestCAPMOXVerifiesAgainstTheLabCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := capmoxOf(t, build(t, lab, components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret}))
+	c := capmoxOf(t, build(t, lab, components.Options{}))
 	cr := providerCR(t, c)
 	args := managerArgs(t, cr)
 	if args["--proxmox-insecure"] != "false" || args["--proxmox-root-cert-file"] == "" {
@@ -129,16 +129,16 @@ func TestCAPMOXVerifiesAgainstTheLabCA(t *testing.T) {
 	}
 }
 
-// Without the secret reader (status, emitted manifests) the Provider CR
-// still turns verification on and names the CA, but no file is read.
+// With SkipLocalFiles (status, emitted manifests) the Provider CR still
+// turns verification on and names the CA, but no file is read.
 func TestCAPMOXVerificationWithoutFiles(t *testing.T) {
 	lab := load(t, "../../examples/lab.yaml")
 	if err := os.Remove(filepath.Join(os.Getenv("HOME"), testbed.ExampleCAFile)); err != nil {
 		t.Fatal(err)
 	}
-	c := capmoxOf(t, build(t, lab, components.Options{}))
+	c := capmoxOf(t, build(t, lab, components.Options{LocalFiles: components.SkipLocalFiles}))
 	if args := managerArgs(t, providerCR(t, c)); args["--proxmox-insecure"] != "false" || args["--proxmox-root-cert-file"] == "" {
-		t.Errorf("CAPMOX's manager args without a secret reader = %v", args)
+		t.Errorf("CAPMOX's manager args with SkipLocalFiles = %v", args)
 	}
 	for _, o := range c.Objects {
 		if o.GetKind() == "ConfigMap" {
@@ -167,7 +167,7 @@ func TestCAPMOXTLSOfEachTrust(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lab := load(t, "../../examples/lab.yaml")
 			lab.Hypervisors[0].Proxmox.TLS = tc.tls
-			cs, err := components.Build(lab, versions.MustGet(), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+			cs, err := components.Build(lab, versions.MustGet(), components.Options{})
 			if tc.err != "" {
 				if err == nil || err.Error() != tc.err {
 					t.Fatalf("err = %v\nwant %s", err, tc.err)

@@ -100,13 +100,33 @@ type Options struct {
 	// IgnoreOffline builds the online stack even where an offline folder
 	// is configured: for reading the stack back, which needs no files.
 	IgnoreOffline bool
-	// ReadSecret reads a Proxmox hypervisor's token secret
-	// ((*config.Hypervisor).ReadTokenSecret). Nil leaves out the objects
-	// that need one or another of the lab's local files (for status and
-	// emitted manifests, which read none): the configSecret, and the
-	// ConfigMap with the Proxmox CA (tls.caFile) CAPMOX verifies with.
+	// LocalFiles says which of the secrets and files lab.yaml names Build
+	// reads; the zero value reads them all.
+	LocalFiles LocalFiles
+	// ReadSecret reads a Proxmox hypervisor's token secret; nil means
+	// (*config.Hypervisor).ReadTokenSecret. Only ReadLocalFiles calls it.
 	ReadSecret func(h *config.Hypervisor) (string, error)
 }
+
+// LocalFiles are the ways Build treats what lab.yaml keeps outside the
+// file: the Proxmox token secrets (env or file) and CA files.
+type LocalFiles int
+
+const (
+	// ReadLocalFiles reads them: CAPMOX's configSecret holds the token
+	// secret, and a ConfigMap the Proxmox CA (tls.caFile) CAPMOX verifies
+	// with. The stack as mgmt install applies it.
+	ReadLocalFiles LocalFiles = iota
+	// SkipTokenSecrets reads the CA files but no token secret: the
+	// configSecret is there with an empty value, and says where the value
+	// would come from. For a dry run, which never reads a secret.
+	SkipTokenSecrets
+	// SkipLocalFiles reads none, and leaves out the objects that need one:
+	// the configSecret and the CA ConfigMap. Nor is a fingerprint refused
+	// that CAPMOX cannot pin (mgmt install refuses it). For reading the
+	// stack back (mgmt status) and for emitted manifests.
+	SkipLocalFiles
+)
 
 // Namespaces and names the stack uses.
 const (
@@ -173,7 +193,7 @@ func Build(lab *config.Lab, pins versions.Pins, o Options) ([]Component, error) 
 	}
 	out := []Component{cm, op}
 
-	provs, err := providers(lab, pins, offline, o.ReadSecret)
+	provs, err := providers(lab, pins, offline, o)
 	if err != nil {
 		return nil, err
 	}

@@ -79,7 +79,7 @@ func offlineConfigMap(t *testing.T, c components.Component) (*unstructured.Unstr
 
 func TestOwnerLabStackInOrder(t *testing.T) {
 	t.Setenv("PVE_TOKEN_SECRET", secret)
-	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{})
 	want := "cert-manager v1.21.2, cluster-api-operator 0.28.0, CoreProvider cluster-api v1.12.11, " +
 		"BootstrapProvider kubeadm v1.12.11, ControlPlaneProvider kubeadm v1.12.11, InfrastructureProvider proxmox v0.9.0, " +
 		"IPAMProvider in-cluster v1.0.3, cluster-autoscaler RBAC v1.35.0"
@@ -103,25 +103,55 @@ func TestOwnerLabStackInOrder(t *testing.T) {
 	}
 }
 
-func TestNoSecretReaderRendersNoSecret(t *testing.T) {
+func TestSkipLocalFilesRendersNoSecret(t *testing.T) {
 	t.Setenv("PVE_TOKEN_SECRET", "")
-	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{})
+	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{LocalFiles: components.SkipLocalFiles})
 	for _, c := range cs {
 		for _, o := range c.Objects {
 			if o.GetKind() == "Secret" {
-				t.Errorf("%s renders %s without a secret reader", c.Name, kube.RefOf(o))
+				t.Errorf("%s renders %s with SkipLocalFiles", c.Name, kube.RefOf(o))
 			}
 		}
 	}
 	if ref, _, _ := unstructured.NestedString(providerCR(t, cs[5]).Object, "spec", "configSecret", "name"); ref != "proxmox-variables" {
-		t.Errorf("CAPMOX configSecret = %q without a secret reader; the reference must stay", ref)
+		t.Errorf("CAPMOX configSecret = %q with SkipLocalFiles; the reference must stay", ref)
+	}
+}
+
+// A dry run (SkipTokenSecrets) renders CAPMOX's Secret, saying where its
+// value would come from, with the value empty: no secret is read, and the
+// CA file still is.
+func TestSkipTokenSecretsReadsNoSecret(t *testing.T) {
+	t.Setenv("PVE_TOKEN_SECRET", "") // restored after the test
+	os.Unsetenv("PVE_TOKEN_SECRET")
+	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{LocalFiles: components.SkipTokenSecrets,
+		ReadSecret: func(h *config.Hypervisor) (string, error) {
+			t.Errorf("a dry run read the token secret of %s", h.Name)
+			return secret, nil
+		}})
+	capmox := cs[5]
+	if len(capmox.Secrets) != 1 || capmox.Secrets[0].Key != "PROXMOX_SECRET" || capmox.Secrets[0].From != "env PVE_TOKEN_SECRET" {
+		t.Errorf("CAPMOX secret fields = %+v", capmox.Secrets)
+	}
+	kinds := map[string]bool{}
+	for _, o := range capmox.Objects {
+		kinds[o.GetKind()+" "+o.GetName()] = true
+		if o.GetKind() != "Secret" {
+			continue
+		}
+		if v, found, _ := unstructured.NestedString(o.Object, "data", "PROXMOX_SECRET"); !found || v != "" {
+			t.Errorf("PROXMOX_SECRET = %q (found %v) in a dry run, want empty", v, found)
+		}
+	}
+	if !kinds["Secret "+components.ProxmoxSecret] || !kinds["ConfigMap "+components.ProxmoxCA] {
+		t.Errorf("a dry run renders %v; want the Secret and the CA ConfigMap", kinds)
 	}
 }
 
 func TestSecretErrorsNameTheSource(t *testing.T) {
 	t.Setenv("PVE_TOKEN_SECRET", "") // restored after the test
 	os.Unsetenv("PVE_TOKEN_SECRET")
-	_, err := components.Build(load(t, "../../examples/lab.yaml"), versions.MustGet(), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+	_, err := components.Build(load(t, "../../examples/lab.yaml"), versions.MustGet(), components.Options{})
 	if err == nil || err.Error() != "hypervisors[pve].proxmox.tokenSecret.env: PVE_TOKEN_SECRET is not set: export PVE_TOKEN_SECRET=<the secret of token root@pam!labctl>" {
 		t.Errorf("err = %v", err)
 	}
@@ -133,7 +163,7 @@ func TestOptionalProvidersAndGates(t *testing.T) {
 	lab.Management.Stack.ClusterClass = true
 	lab.Management.Stack.Libvirt = config.LibvirtProvider{Enabled: true}
 	lab.Management.Stack.Kamaji = config.OptionalProvider{Enabled: true}
-	cs := build(t, lab, components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+	cs := build(t, lab, components.Options{})
 	got := names(cs)
 	for _, want := range []string{"InfrastructureProvider libvirt " + release.DevVersion, "ControlPlaneProvider kamaji v0.20.0"} {
 		if !strings.Contains(got, want) {
@@ -166,7 +196,7 @@ func TestTenantsLabDerivesItsProviders(t *testing.T) {
 	if st := lab.Management.Stack; st.Kamaji.Enabled || st.Libvirt.Enabled || st.ClusterClass {
 		t.Fatalf("the example enables providers itself: %+v", st)
 	}
-	cs := build(t, lab, components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+	cs := build(t, lab, components.Options{})
 	got := names(cs)
 	for _, want := range []string{"InfrastructureProvider libvirt " + release.DevVersion, "ControlPlaneProvider kamaji v0.20.0", "tenant ClusterClasses"} {
 		if !strings.Contains(got, want) {
@@ -184,14 +214,14 @@ func TestTenantsLabDerivesItsProviders(t *testing.T) {
 }
 
 func TestLibvirtOnlyLabHasNoCAPMOX(t *testing.T) {
-	cs := build(t, load(t, "../../examples/local-kvm.yaml"), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+	cs := build(t, load(t, "../../examples/local-kvm.yaml"), components.Options{})
 	if got := names(cs); strings.Contains(got, "proxmox") {
 		t.Errorf("a lab without Proxmox installs CAPMOX: %s", got)
 	}
 }
 
 func TestHelmChartObjects(t *testing.T) {
-	cs := build(t, load(t, "../../examples/local-kvm.yaml"), components.Options{})
+	cs := build(t, load(t, "../../examples/local-kvm.yaml"), components.Options{LocalFiles: components.SkipLocalFiles})
 	hc, err := cs[1].Chart.HelmChart()
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +270,7 @@ func TestOfflineConfigMaps(t *testing.T) {
 	t.Setenv("PVE_TOKEN_SECRET", secret)
 	big := "# core components\n" + strings.Repeat("apiVersion: v1\nkind: ConfigMap\n---\n", 40000) // over a ConfigMap's comfort
 	dir := offlineTree(t, big)
-	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{OfflineDir: dir, ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+	cs := build(t, load(t, "../../examples/lab.yaml"), components.Options{OfflineDir: dir})
 
 	if f := cs[0].Chart.Release.Chart.File; f != filepath.Join(dir, "cert-manager-v1.21.2.tgz") || cs[0].Chart.Release.Chart.Repo != "" {
 		t.Errorf("offline cert-manager chart = %+v", cs[0].Chart.Release.Chart)
@@ -299,19 +329,19 @@ func TestOfflineErrorsNameWhatIsMissing(t *testing.T) {
 	lab := load(t, "../../examples/lab.yaml")
 	dir := offlineTree(t, "kind: List\n")
 	os.Remove(filepath.Join(dir, "infrastructure-proxmox", "v0.9.0", "infrastructure-components.yaml"))
-	_, err := components.Build(lab, versions.MustGet(), components.Options{OfflineDir: dir, ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+	_, err := components.Build(lab, versions.MustGet(), components.Options{OfflineDir: dir})
 	want := "InfrastructureProvider proxmox needs infrastructure-components.yaml or components.yaml in " + filepath.Join(dir, "infrastructure-proxmox", "v0.9.0")
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("err = %v\nwant it to contain %q", err, want)
 	}
 
 	os.Remove(filepath.Join(dir, "cert-manager-v1.21.2.tgz"))
-	_, err = components.Build(lab, versions.MustGet(), components.Options{OfflineDir: dir})
+	_, err = components.Build(lab, versions.MustGet(), components.Options{OfflineDir: dir, LocalFiles: components.SkipLocalFiles})
 	if err == nil || !strings.Contains(err.Error(), "has no cert-manager-v1.21.2.tgz: put the chart there ('helm pull cert-manager --repo https://charts.jetstack.io --version v1.21.2')") {
 		t.Errorf("err = %v", err)
 	}
 
-	_, err = components.Build(lab, versions.MustGet(), components.Options{OfflineDir: filepath.Join(dir, "nope")})
+	_, err = components.Build(lab, versions.MustGet(), components.Options{OfflineDir: filepath.Join(dir, "nope"), LocalFiles: components.SkipLocalFiles})
 	if err == nil || !strings.Contains(err.Error(), "does not exist or is not a folder") {
 		t.Errorf("err = %v", err)
 	}

@@ -44,7 +44,7 @@ func TestKamajiObjectsAcceptedByTheAPIServer(t *testing.T) {
 	pins := versions.MustGet()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cs := build(t, kamajiLab(t), components.Options{})
+	cs := build(t, kamajiLab(t), components.Options{LocalFiles: components.SkipLocalFiles})
 	kamaji := byName(t, cs, "Kamaji").Chart.Release
 	etcd := byName(t, cs, "Kamaji datastore (kamaji-etcd)").Chart.Release
 

@@ -49,11 +49,11 @@ func TestKamajiStackOnlyWhenNeeded(t *testing.T) {
 	pins := versions.MustGet()
 	lab := kamajiLab(t)
 	lab.Management.Stack.Kamaji.Enabled = false
-	if got := names(build(t, lab, components.Options{})); strings.Contains(strings.ToLower(got), "kamaji") {
+	if got := names(build(t, lab, components.Options{LocalFiles: components.SkipLocalFiles})); strings.Contains(strings.ToLower(got), "kamaji") {
 		t.Errorf("Kamaji without management.stack.kamaji.enabled: %s", got)
 	}
 	lab.Management.Stack.Kamaji.Enabled = true
-	got := names(build(t, lab, components.Options{}))
+	got := names(build(t, lab, components.Options{LocalFiles: components.SkipLocalFiles}))
 	want := "IPAMProvider in-cluster " + pins.IPAMInCluster +
 		", Kamaji " + pins.Kamaji.Version +
 		", Kamaji datastore (kamaji-etcd) " + pins.KamajiEtcd.Chart +
@@ -75,7 +75,7 @@ func TestKamajiChartFromTheBinary(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		cs := build(t, kamajiLab(t), components.Options{OfflineDir: offline})
+		cs := build(t, kamajiLab(t), components.Options{OfflineDir: offline, LocalFiles: components.SkipLocalFiles})
 		k := byName(t, cs, "Kamaji")
 		r := k.Chart.Release
 		if r.Name != "kamaji" || r.Namespace != "kamaji-system" || r.Chart.Repo != "" || r.Chart.File != "" || len(r.Chart.Archive) == 0 {
@@ -120,7 +120,7 @@ func TestKamajiChartFromTheBinary(t *testing.T) {
 // by default.
 func TestKamajiDatastoreChart(t *testing.T) {
 	pins := versions.MustGet()
-	cs := build(t, kamajiLab(t), components.Options{})
+	cs := build(t, kamajiLab(t), components.Options{LocalFiles: components.SkipLocalFiles})
 	e := byName(t, cs, "Kamaji datastore (kamaji-etcd)")
 	r := e.Chart.Release
 	if r.Chart.Repo != "https://clastix.github.io/charts" || r.Chart.Name != "kamaji-etcd" || r.Chart.Version != "0.15.0" || r.Namespace != "kamaji-system" {
@@ -148,7 +148,7 @@ func TestKamajiDatastoreChart(t *testing.T) {
 	}
 
 	dir := offlineTree(t, "kind: List\n")
-	_, err := components.Build(kamajiLab(t), pins, components.Options{OfflineDir: dir})
+	_, err := components.Build(kamajiLab(t), pins, components.Options{OfflineDir: dir, LocalFiles: components.SkipLocalFiles})
 	if want := "has no kamaji-etcd-0.15.0.tgz: put the chart there ('helm pull kamaji-etcd --repo https://clastix.github.io/charts --version 0.15.0')"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("offline without the datastore chart: %v", err)
 	}
@@ -160,7 +160,7 @@ func TestKamajiDatastoreChart(t *testing.T) {
 func TestKamajiProviderFromTheBinary(t *testing.T) {
 	pins := versions.MustGet()
 	lab := kamajiLab(t)
-	p := byName(t, build(t, lab, components.Options{}), "ControlPlaneProvider kamaji")
+	p := byName(t, build(t, lab, components.Options{LocalFiles: components.SkipLocalFiles}), "ControlPlaneProvider kamaji")
 	if p.Provider.Namespace != "kamaji-system" || p.Provider.Version != pins.KamajiControlPlane {
 		t.Errorf("provider %+v", p.Provider)
 	}
@@ -183,7 +183,7 @@ func TestKamajiProviderFromTheBinary(t *testing.T) {
 	}
 
 	lab.Management.Stack.Kamaji.FetchURL = "https://example.test/releases"
-	p = byName(t, build(t, lab, components.Options{}), "ControlPlaneProvider kamaji")
+	p = byName(t, build(t, lab, components.Options{LocalFiles: components.SkipLocalFiles}), "ControlPlaneProvider kamaji")
 	cr := providerCR(t, p)
 	if u, _, _ := unstructured.NestedString(cr.Object, "spec", "fetchConfig", "url"); u != "https://example.test/releases" {
 		t.Errorf("with fetchURL: spec.fetchConfig = %v", cr.Object["spec"])
@@ -199,12 +199,12 @@ func TestKamajiProviderFromTheBinary(t *testing.T) {
 // manifests: the classes clusterapi renders for the lab, one per platform.
 func TestTenantClusterClassesAfterTheProvider(t *testing.T) {
 	lab := kamajiLab(t)
-	if names := names(build(t, lab, components.Options{})); strings.Contains(names, "tenant ClusterClasses") {
+	if names := names(build(t, lab, components.Options{LocalFiles: components.SkipLocalFiles})); strings.Contains(names, "tenant ClusterClasses") {
 		t.Errorf("tenant ClusterClasses in a lab with no tenant: %s", names)
 	}
 	lab = load(t, "../../examples/lab-tenants.yaml")
 	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{ownerKey}
-	cs := build(t, lab, components.Options{})
+	cs := build(t, lab, components.Options{LocalFiles: components.SkipLocalFiles})
 	if got := names(cs); !strings.Contains(got, "ControlPlaneProvider kamaji "+versions.MustGet().KamajiControlPlane+", tenant ClusterClasses") {
 		t.Errorf("stack = %s", got)
 	}

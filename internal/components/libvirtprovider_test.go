@@ -37,7 +37,7 @@ func TestLibvirtProviderFromTheBinary(t *testing.T) {
 		lab := load(t, "../../examples/lab.yaml")
 		lab.Management.Stack.Libvirt = config.LibvirtProvider{Enabled: true}
 		for _, offline := range []string{"", offlineTree(t, "kind: List\n")} {
-			cs := build(t, lab, components.Options{OfflineDir: offline, ReadSecret: (*config.Hypervisor).ReadTokenSecret})
+			cs := build(t, lab, components.Options{OfflineDir: offline})
 			var c *components.Component
 			for i := range cs {
 				if cs[i].Name == "InfrastructureProvider libvirt" {

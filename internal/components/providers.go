@@ -66,7 +66,7 @@ const (
 // API server refuses objects over 1 MiB.
 const maxPlainComponents = 768 << 10
 
-func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret func(*config.Hypervisor) (string, error)) ([]Component, error) {
+func providers(lab *config.Lab, pins versions.Pins, offline string, o Options) ([]Component, error) {
 	// What the lab's clusters need too, not only what the stack enables
 	// (config.Lab.Providers is the one rule validation reads as well).
 	need := lab.Providers()
@@ -82,8 +82,8 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 	}
 	if px := proxmoxFor(lab); px != nil {
 		d := providerDef{kind: "InfrastructureProvider", ctype: "infrastructure", name: "proxmox", namespace: "capmox-system", version: pins.CAPMOX}
-		if readSecret != nil {
-			v, err := readSecret(px)
+		if o.LocalFiles != SkipLocalFiles {
+			v, err := tokenSecret(px, o)
 			if err != nil {
 				return nil, err
 			}
@@ -100,7 +100,7 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 				secret: SecretField{Key: "PROXMOX_SECRET", From: from},
 			}
 		}
-		t, err := capmoxTLSFor(px, readSecret != nil)
+		t, err := capmoxTLSFor(px, o.LocalFiles != SkipLocalFiles)
 		if err != nil {
 			return nil, err
 		}
@@ -122,6 +122,18 @@ func providers(lab *config.Lab, pins versions.Pins, offline string, readSecret f
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// tokenSecret is px's token secret as o reads it: empty with
+// SkipTokenSecrets.
+func tokenSecret(px *config.Hypervisor, o Options) (string, error) {
+	switch {
+	case o.LocalFiles == SkipTokenSecrets:
+		return "", nil
+	case o.ReadSecret != nil:
+		return o.ReadSecret(px)
+	}
+	return px.ReadTokenSecret()
 }
 
 // proxmoxFor picks the Proxmox endpoint CAPMOX talks to: the management

@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,8 +68,8 @@ func writeFile(t *testing.T, path, content string, mode os.FileMode) {
 
 func run(t *testing.T, o Options) (r *Report, err error, stdout string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	o.IO = &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}
+	io, _, out, _ := ui.Test()
+	o.IO = io
 	// These tests use the owner's lab, whose PVE is not here: no network.
 	// proxmox_test.go checks the hypervisors against the fake PVE.
 	o.SkipHypervisors = true

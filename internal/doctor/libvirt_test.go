@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -45,8 +44,9 @@ func runLibvirt(t *testing.T, lab string) (*Report, error, string) {
 	t.Helper()
 	home(t)
 	t.Setenv("KUBECONFIG", "")
-	var out bytes.Buffer
-	r, err := Run(context.Background(), Options{IO: &ui.IO{Out: &out, Err: &out}, LoadLab: func(ctx context.Context) (*config.Lab, config.Source, error) {
+	io, _, out, _ := ui.Test()
+	io.Err = out
+	r, err := Run(context.Background(), Options{IO: io, LoadLab: func(ctx context.Context) (*config.Lab, config.Source, error) {
 		return config.Load(ctx, config.Request{Path: lab, Explicit: true})
 	}})
 	return r, err, out.String()

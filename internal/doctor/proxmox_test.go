@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"slices"
@@ -38,8 +37,8 @@ func ownerInventory(srv *pvetest.Server) {
 
 func runPVE(t *testing.T, path, format string) (*Report, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	o := Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Output: format,
+	io, _, out, errb := ui.Test()
+	o := Options{IO: io, Output: format,
 		LoadLab: load(config.Request{Path: path, Explicit: true}), Timeout: 5 * time.Second}
 	r, _ := Run(context.Background(), o)
 	return r, out.String(), errb.String()
@@ -155,8 +154,8 @@ func TestDoctorProxmoxSilentAPI(t *testing.T) {
 	srv := pvetest.New(t)
 	hung := testbed.StartSilent(t)
 	path := pveLab(t, srv, "url: "+srv.URL, "url: https://"+hung.Addr)
-	var out, errb bytes.Buffer
-	r, _ := Run(t.Context(), Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Output: "text",
+	io, _, _, _ := ui.Test()
+	r, _ := Run(t.Context(), Options{IO: io, Output: "text",
 		LoadLab: load(config.Request{Path: path, Explicit: true}), Timeout: time.Second})
 	c := check(t, r, "proxmox pve api")
 	for _, want := range []string{"Proxmox API https://" + hung.Addr, "did not answer within 1s", "check that the URL names the PVE API"} {

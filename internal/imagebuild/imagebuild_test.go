@@ -96,8 +96,10 @@ func must(t *testing.T, err error) {
 }
 
 func (b *bed) opts(mode string, dry bool) BuildOptions {
+	io, _, _, _ := ui.Test()
+	io.Out, io.Err = &b.out, &b.err // every run's output, in order
 	return BuildOptions{
-		IO: &ui.IO{In: strings.NewReader(""), Out: &b.out, Err: &b.err}, Lab: b.lab(), Driver: b.driver(),
+		IO: io, Lab: b.lab(), Driver: b.driver(),
 		DryRun: dry, Verbose: 3,
 		Environ: append(b.Env(mode), "PATH="+b.Path(), "PROXMOX_TOKEN=inherited-must-be-dropped", "PACKER_FLAGS=-var=lost"),
 	}
@@ -212,8 +214,8 @@ func TestBuildThroughImageBuilderMakefile(t *testing.T) {
 	}
 
 	// image list shows it.
-	var out bytes.Buffer
-	lo := ListOptions{IO: &ui.IO{Out: &out, Err: &bytes.Buffer{}}, Lab: b.lab(), Driver: b.driver(), Output: "json"}
+	io, _, out, _ := ui.Test()
+	lo := ListOptions{IO: io, Lab: b.lab(), Driver: b.driver(), Output: "json"}
 	must(t, List(context.Background(), lo))
 	var rows []Template
 	must(t, json.Unmarshal(out.Bytes(), &rows))

@@ -94,8 +94,10 @@ func (b *kvmBed) opts(t *testing.T, mode string, dry bool) BuildOptions {
 	b.out.Reset()
 	b.err.Reset()
 	lab := b.lab(t)
+	io, _, _, _ := ui.Test()
+	io.Out, io.Err = &b.out, &b.err
 	return BuildOptions{
-		IO: &ui.IO{In: strings.NewReader(""), Out: &b.out, Err: &b.err}, Lab: lab, DryRun: dry, Verbose: 3,
+		IO: io, Lab: lab, DryRun: dry, Verbose: 3,
 		Driver: func(ctx context.Context, name string) (hypervisor.Driver, error) {
 			d, err := drivers.Open(ctx, lab, name)
 			if err != nil || b.wrap == nil {
@@ -510,8 +512,8 @@ func TestImageListLibvirt(t *testing.T) {
 	}
 	lab, _, err := config.Load(t.Context(), config.Request{Path: writeLab(t, filepath.Join(t.TempDir(), "lab.yaml"), doc), Explicit: true})
 	must(t, err)
-	var out bytes.Buffer
-	lo := ListOptions{IO: &ui.IO{Out: &out, Err: &bytes.Buffer{}}, Lab: lab, Output: "json",
+	io, _, out, _ := ui.Test()
+	lo := ListOptions{IO: io, Lab: lab, Output: "json",
 		Driver: func(ctx context.Context, name string) (hypervisor.Driver, error) { return drivers.Open(ctx, lab, name) }}
 	must(t, List(t.Context(), lo))
 	var rows []Template

@@ -1,7 +1,6 @@
 package labstatus_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -148,13 +147,13 @@ func TestStatusWholeLab(t *testing.T) {
 	}
 	standInClusters(ctx, t, env, mgmt, lab, h.silent.Addr)
 
-	var errOut bytes.Buffer
-	f := cmdutil.New(&ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &errOut}, &cmdutil.Settings{Kubeconfig: env.Kubeconfig})
+	fio, _, _, errOut := ui.Test()
+	f := cmdutil.New(fio, &cmdutil.Settings{Kubeconfig: env.Kubeconfig})
 	f.Lab = func(context.Context) (*config.Lab, config.Source, error) { return lab, config.Source{}, nil }
 	const timeout = 8 * time.Second
 	run := func(format string) (string, error) {
-		var out bytes.Buffer
-		io := &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errOut}
+		io, _, out, _ := ui.Test()
+		io.Err = errOut
 		_, err := labstatus.Status(ctx, labstatus.Options{IO: io, Lab: lab, Output: format, Driver: f.Driver, Mgmt: f.Mgmt, Workload: f.Workload, Timeout: timeout})
 		return out.String(), err
 	}
@@ -461,8 +460,8 @@ func TestStatusWithoutManagementCluster(t *testing.T) {
 	noMgmt := func(context.Context) (*kube.Client, error) {
 		return nil, fmt.Errorf("no management cluster yet for lab %q: run 'labctl mgmt up': %w", "home", kube.ErrNoMgmt)
 	}
-	var out bytes.Buffer
-	io := &ui.IO{In: strings.NewReader(""), Out: &out, Err: &out}
+	io, _, out, _ := ui.Test()
+	io.Err = out
 	f := cmdutil.New(io, &cmdutil.Settings{})
 	f.Lab = func(context.Context) (*config.Lab, config.Source, error) { return lab, config.Source{}, nil }
 	r, err := labstatus.Status(t.Context(), labstatus.Options{IO: io, Lab: lab, Driver: f.Driver, Mgmt: noMgmt,

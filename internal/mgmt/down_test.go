@@ -65,9 +65,19 @@ func storedMgmt(lab *config.Lab) func(context.Context) (*kube.Client, error) {
 }
 
 func down(t *testing.T, lab *config.Lab, answer string, dry, yes bool) (string, error) {
-	var out bytes.Buffer
-	err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out, InTTY: true, ErrTTY: true}, Lab: lab, Driver: opener(lab), Mgmt: storedMgmt(lab), DryRun: dry, Yes: yes})
+	io, out := answering(answer)
+	err := Down(t.Context(), DownOptions{IO: io, Lab: lab, Driver: opener(lab), Mgmt: storedMgmt(lab), DryRun: dry, Yes: yes})
 	return out.String(), err
+}
+
+// answering is a terminal on which answer is typed, with stdout and
+// stderr in the one log out.
+func answering(answer string) (*ui.IO, *bytes.Buffer) {
+	io, in, out, _ := ui.Test()
+	in.WriteString(answer)
+	io.Err = out
+	io.InTTY, io.ErrTTY = true, true
+	return io, out
 }
 
 func ids(srv *pvetest.Server) []int {
@@ -121,8 +131,8 @@ func TestDownOnProxmox(t *testing.T) {
 
 func TestKubeconfigPrintAndWrite(t *testing.T) {
 	_, lab := downBed(t)
-	var out bytes.Buffer
-	io := &ui.IO{Out: &out, Err: &out}
+	io, _, out, _ := ui.Test()
+	io.Err = out
 	if err := Kubeconfig(t.Context(), KubeconfigOptions{IO: io, Lab: lab}); err == nil || !strings.Contains(err.Error(), "run 'labctl mgmt up'") {
 		t.Fatalf("nothing stored: %v", err)
 	}
@@ -205,8 +215,8 @@ func TestDownRefusesWhileClustersExist(t *testing.T) {
 	clRef := kube.Ref{GVK: clusterapi.ClusterGVK, Namespace: "lab1", Name: "lab1"}
 	timeout := 30 * time.Second
 	run := func(answer string, dry, cascade bool) (string, error) {
-		var out bytes.Buffer
-		err := Down(t.Context(), DownOptions{IO: &ui.IO{In: strings.NewReader(answer), Out: &out, Err: &out, InTTY: true, ErrTTY: true}, Lab: lab, Driver: opener(lab), Mgmt: storedMgmt(lab),
+		io, out := answering(answer)
+		err := Down(t.Context(), DownOptions{IO: io, Lab: lab, Driver: opener(lab), Mgmt: storedMgmt(lab),
 			DryRun: dry, Yes: answer == "", Cascade: cascade, Timeout: timeout})
 		return out.String(), err
 	}

@@ -67,7 +67,7 @@ func EmitK3sManifests(o EmitOptions) ([]string, error) {
 // on the VM with cloud-init, and 'mgmt install --emit-k3s-manifests'
 // writes them to a folder.
 func K3sManifests(lab *config.Lab, offlineDir string) ([]cloudinit.File, error) {
-	comps, err := components.Build(lab, versions.MustGet(), components.Options{OfflineDir: offlineDir})
+	comps, err := components.Build(lab, versions.MustGet(), components.Options{OfflineDir: offlineDir, LocalFiles: components.SkipLocalFiles})
 	if err != nil {
 		return nil, err
 	}

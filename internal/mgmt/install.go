@@ -201,14 +201,14 @@ func (in *installer) refuseUpgrade(ctx context.Context) error {
 // the files the lab names (the Proxmox CA, and the token secrets unless
 // dryRun), so every refusal of the lab's settings comes from here.
 func buildComponents(lab *config.Lab, offlineDir string, dryRun bool) ([]components.Component, error) {
-	readSecret := (*config.Hypervisor).ReadTokenSecret
+	o := components.Options{OfflineDir: offlineDir}
 	if dryRun {
 		// A dry run never reads a secret, as its help says: the Secret is
 		// printed with where its value would come from (print.go), and
 		// the plan does not compare it with the cluster's (planProvider).
-		readSecret = func(*config.Hypervisor) (string, error) { return "", nil }
+		o.LocalFiles = components.SkipTokenSecrets
 	}
-	return components.Build(lab, versions.MustGet(), components.Options{OfflineDir: offlineDir, ReadSecret: readSecret})
+	return components.Build(lab, versions.MustGet(), o)
 }
 
 func newHelm(kc *kube.Client, io *ui.IO, verbose int) *helm.Client {

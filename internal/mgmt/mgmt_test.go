@@ -73,7 +73,11 @@ func bedFor(env *testbed.Env) *bed {
 
 type out struct{ stdout, stderr bytes.Buffer }
 
-func (o *out) io() *ui.IO { return &ui.IO{Out: &o.stdout, Err: &o.stderr} }
+func (o *out) io() *ui.IO {
+	s, _, _, _ := ui.Test()
+	s.Out, s.Err = &o.stdout, &o.stderr
+	return s
+}
 
 // noSecret fails when the token secret shows in anything a user sees.
 func (o *out) noSecret(t testing.TB) {

@@ -63,7 +63,7 @@ func Status(ctx context.Context, o StatusOptions) (*Report, error) {
 // as Status does, and prints nothing: 'labctl status' shows the same
 // report in its own screen.
 func ReadStatus(ctx context.Context, o StatusOptions) (*Report, error) {
-	comps, err := components.Build(o.Lab, versions.MustGet(), components.Options{IgnoreOffline: true})
+	comps, err := components.Build(o.Lab, versions.MustGet(), components.Options{IgnoreOffline: true, LocalFiles: components.SkipLocalFiles})
 	if err != nil {
 		return nil, err
 	}

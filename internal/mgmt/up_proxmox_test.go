@@ -150,8 +150,8 @@ func newPVEBed(t *testing.T, kc []byte) *pveBed {
 
 func (b *pveBed) up(t *testing.T, ctx context.Context, inst Installer) (string, error) {
 	t.Helper()
-	var out bytes.Buffer
-	io := &ui.IO{Out: &out, Err: &out}
+	io, _, out, _ := ui.Test()
+	io.Err = out
 	u, err := NewUp(b.lab, b.drv, UpOptions{IO: io, Installer: inst, Verbose: 9})
 	if err != nil {
 		t.Fatal(err)
@@ -335,8 +335,9 @@ func TestUpOnProxmoxIntoRealInstall(t *testing.T) {
 	b.lab.Management.Stack.ChartRepos = config.ChartRepos{CertManager: repo.URL, ClusterAPIOperator: repo.URL}
 
 	var kubeWrites atomic.Int64
-	var instOut bytes.Buffer
-	inst := &StackInstaller{IO: &ui.IO{Out: &instOut, Err: &instOut}, Timeout: time.Minute, Verbose: 3,
+	instIO, _, instOut, _ := ui.Test()
+	instIO.Err = instOut
+	inst := &StackInstaller{IO: instIO, Timeout: time.Minute, Verbose: 3,
 		Connect: func(path string) (*kube.Client, error) {
 			c, err := kube.Connect(path)
 			if err == nil {
@@ -422,8 +423,8 @@ func TestUpOnProxmoxConnectsFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.drv = d
-	var out bytes.Buffer
-	io := &ui.IO{Out: &out, Err: &out}
+	io, _, out, _ := ui.Test()
+	io.Err = out
 	u, err := NewUp(b.lab, b.drv, UpOptions{IO: io, Installer: &recordingInstaller{}})
 	if err != nil {
 		t.Fatal(err)
@@ -450,8 +451,9 @@ func TestUpOnProxmoxRefusesAFingerprintLabBeforeTheVM(t *testing.T) {
 	b.lab.Hypervisors[0].Proxmox = &p
 	for _, dry := range []bool{false, true} {
 		b.srv.ResetRequests()
-		var out bytes.Buffer
-		err := Up(t.Context(), UpOptions{IO: &ui.IO{Out: &out, Err: &out}, Lab: b.lab, Source: config.Source{Name: "lab.yaml"}, DryRun: dry, AddressTimeout: 2 * time.Second, APITimeout: 2 * time.Second,
+		io, _, out, _ := ui.Test()
+		io.Err = out
+		err := Up(t.Context(), UpOptions{IO: io, Lab: b.lab, Source: config.Source{Name: "lab.yaml"}, DryRun: dry, AddressTimeout: 2 * time.Second, APITimeout: 2 * time.Second,
 			Driver: func(context.Context, string) (hypervisor.Driver, error) { return b.drv, nil }})
 		if err == nil || !strings.Contains(err.Error(), "hypervisors[pve].proxmox.tls.fingerprint") ||
 			!strings.Contains(err.Error(), "set hypervisors[pve].proxmox.tls.caFile") || !strings.Contains(err.Error(), "nothing was made") {

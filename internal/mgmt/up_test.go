@@ -294,8 +294,9 @@ func labFrom(t *testing.T, edit func(map[string]any)) *config.Lab {
 
 func upOnce(t *testing.T, ctx context.Context, lab *config.Lab, drv hypervisor.Driver, inst Installer, dry bool) (string, error) {
 	t.Helper()
-	var errb bytes.Buffer
-	u, err := NewUp(lab, drv, UpOptions{IO: &ui.IO{Out: &errb, Err: &errb}, DryRun: dry, Installer: inst})
+	io, _, errb, _ := ui.Test()
+	io.Err = errb
+	u, err := NewUp(lab, drv, UpOptions{IO: io, DryRun: dry, Installer: inst})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +305,7 @@ func upOnce(t *testing.T, ctx context.Context, lab *config.Lab, drv hypervisor.D
 		u.apiPort = apiPortOf(t, kc)
 	}
 	u.sshPort = mem.guest.Addr.Port()
-	r := &step.Runner{IO: &ui.IO{Out: &errb, Err: &errb}, DryRun: dry}
+	r := &step.Runner{IO: io, DryRun: dry}
 	err = r.Run(ctx, u.Steps())
 	return errb.String(), err
 }
@@ -529,7 +530,8 @@ func TestNewUpNamesMissingKeyFile(t *testing.T) {
 	lab := localLab(t)
 	lab.Management.SSHPublicKeys = nil
 	lab.Management.SSHPublicKeyFile = filepath.Join(t.TempDir(), "nope.pub")
-	_, err := NewUp(lab, newMem(t, nil), UpOptions{IO: &ui.IO{}})
+	io, _, _, _ := ui.Test()
+	_, err := NewUp(lab, newMem(t, nil), UpOptions{IO: io})
 	if err == nil || !strings.Contains(err.Error(), "management.sshPublicKeyFile") || !strings.Contains(err.Error(), "ssh-keygen") {
 		t.Fatalf("NewUp = %v; want an error naming the field and the fix", err)
 	}
@@ -584,7 +586,8 @@ func TestNewUpRefusesPrivateKeyAsPublic(t *testing.T) {
 	if err := os.WriteFile(lab.Management.SSHPublicKeyFile, []byte("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := NewUp(lab, newMem(t, nil), UpOptions{IO: &ui.IO{}, DryRun: true})
+	io, _, _, _ := ui.Test()
+	_, err := NewUp(lab, newMem(t, nil), UpOptions{IO: io, DryRun: true})
 	if err == nil || !strings.Contains(err.Error(), "management.sshPublicKeyFile") || !strings.Contains(err.Error(), "holds a private key") || strings.Contains(err.Error(), "b3Blbn") {
 		t.Fatalf("NewUp = %v; want the private key refused, naming the field and not the key", err)
 	}

@@ -78,7 +78,8 @@ var took = regexp.MustCompile(` \([0-9.]+m?s\)$`)
 // the outer step: nothing of the outer line is drawn over the inner ones.
 func TestNestedRunnerOnATerminal(t *testing.T) {
 	term := &screen{}
-	io := &ui.IO{Err: term, ErrTTY: true, Animate: true}
+	io, _, _, _ := ui.Test()
+	io.Err, io.ErrTTY, io.Animate = term, true, true
 	var innerStart, innerEnd int
 	inner := func(ctx context.Context) error {
 		step.Println(ctx, io.Err, "Management stack onto https://10.0.0.5:6443")
@@ -134,8 +135,7 @@ func TestNestedRunnerOnATerminal(t *testing.T) {
 // In plain mode (a log, CI) the inner steps' lines are indented too,
 // their changes one level deeper.
 func TestNestedRunnerPlain(t *testing.T) {
-	var buf strings.Builder
-	io := &ui.IO{Err: &buf}
+	io, _, _, errOut := ui.Test()
 	err := (&step.Runner{IO: io}).Run(t.Context(), []step.Step{
 		{Name: "mgmt install", Apply: func(ctx context.Context) error {
 			return (&step.Runner{IO: io, DryRun: true}).Run(ctx, []step.Step{
@@ -146,7 +146,7 @@ func TestNestedRunnerPlain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := durations.ReplaceAllString(buf.String(), "${1}D)")
+	got := durations.ReplaceAllString(errOut.String(), "${1}D)")
 	got = regexp.MustCompile(`(?m)^(\s*✓ .*[( ])[0-9]+(\.[0-9])?(ms|s)\)$`).ReplaceAllString(got, "${1}D)")
 	want := "• mgmt install ...\n  • cert-manager ...\n  ! cert-manager (would change)\n    would: install chart cert-manager\n✓ mgmt install (D)\n"
 	if got != want {

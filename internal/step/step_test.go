@@ -1,7 +1,6 @@
 package step_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"regexp"
@@ -258,8 +257,9 @@ func TestRunCancelledBeforeStart(t *testing.T) {
 }
 
 func TestRunAnimated(t *testing.T) {
-	var errOut bytes.Buffer
-	r := step.Runner{IO: &ui.IO{Out: &bytes.Buffer{}, Err: &errOut, Animate: true}}
+	io, _, _, errOut := ui.Test()
+	io.Animate = true
+	r := step.Runner{IO: io}
 	err := r.Run(context.Background(), []step.Step{
 		{Name: "upload image", Plan: changes()},
 		{Name: "wait for k3s", Apply: func(ctx context.Context) error {
@@ -300,8 +300,9 @@ func TestRunNoEscapesWithoutColor(t *testing.T) {
 // context that carries no runner it shows nowhere (and does not panic).
 func TestProgressWithoutRunner(t *testing.T) {
 	step.Progress(context.Background(), "nobody listens (%d)", 1)
-	errOut := &bytes.Buffer{}
-	r := step.Runner{IO: &ui.IO{Out: &bytes.Buffer{}, Err: errOut, Animate: true}}
+	io, _, _, errOut := ui.Test()
+	io.Animate = true
+	r := step.Runner{IO: io}
 	err := r.Run(context.Background(), []step.Step{{Name: "wait for k3s", Apply: func(ctx context.Context) error {
 		step.Progress(context.Background(), "nobody listens (%d)", 2)
 		step.Progress(ctx, "k3s answers (%d)", 3)
