@@ -746,7 +746,7 @@ func (u *upgradeRun) waitRoll(ctx context.Context, stage, selector string, repli
 					want = n
 				}
 				st := u.judge(ms, want)
-				u.report.Machines = progressLines(ctx, u.o.IO, stage, began, seen, firstSeen, st.machines, u.report.Machines)
+				u.report.Machines = progressLines(ctx, u.o.IO, stage, u.report.To, began, seen, firstSeen, st.machines, u.report.Machines)
 				if check(st.machines) {
 					return true, ""
 				}
@@ -775,9 +775,13 @@ const rollSlice = 15 * time.Second
 
 // progressLines prints what changed among a stage's machines since the
 // last look and records each machine's times.
-func progressLines(ctx context.Context, io *ui.IO, stage string, began time.Time, seen map[string]machineState, firstSeen map[string]time.Time,
+func progressLines(ctx context.Context, io *ui.IO, stage, to string, began time.Time, seen map[string]machineState, firstSeen map[string]time.Time,
 	now map[string]machineState, rec []MachineTimes) []MachineTimes {
 	at := time.Since(began).Truncate(100 * time.Millisecond)
+	// What stood before the stage began is not news. On the first look
+	// the controller may already have made the new machine, though: one
+	// at the target that does not run yet came with this roll.
+	first := len(seen) == 0 && at <= time.Second
 	find := func(name string) *MachineTimes {
 		for i := range rec {
 			if rec[i].Name == name && rec[i].Stage == stage {
@@ -797,13 +801,13 @@ func progressLines(ctx context.Context, io *ui.IO, stage string, began time.Time
 		prev, had := seen[name]
 		if !had {
 			firstSeen[name] = time.Now()
-			if len(seen) > 0 || at > time.Second {
+			if !first || (s.version == to && !s.running) {
 				r := find(name)
 				r.Version, r.Created = s.version, at
 				step.Println(ctx, io.Err, fmt.Sprintf("+ %s %s created (%s)", name, s.version, ui.Duration(at)))
 			}
 		}
-		if s.running && (!had || !prev.running) && (had || at > time.Second) {
+		if s.running && (!had || !prev.running) && !first {
 			r := find(name)
 			r.Version, r.Running = s.version, at
 			step.Println(ctx, io.Err, fmt.Sprintf("✓ %s %s running (%s)", name, s.version, ui.Duration(at)))
