@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
 	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // TestDoctorProxmoxBinary runs the labctl binary's doctor against the
@@ -58,6 +60,51 @@ func TestDoctorProxmoxBinary(t *testing.T) {
 	for _, r := range []result{res, text} {
 		if strings.Contains(r.stdout+r.stderr, secret) {
 			t.Error("the token secret was printed")
+		}
+	}
+}
+
+// TestUnreachableProxmoxSameError: a Proxmox API that refuses the
+// connection, or accepts it and never answers, meets every command that
+// talks to it with the same explained error, naming the lab.yaml field
+// and what to check, after a "connect to" step that shows the wait.
+// Before, image list and mgmt down printed a raw dial or TLS handshake
+// error, the hung one only after client retries (about 41 s).
+func TestUnreachableProxmoxSameError(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := l.Addr().String()
+	l.Close()
+	hung := testbed.StartSilent(t).Addr
+	data, err := os.ReadFile("../examples/lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, addr, what, check string }{
+		{"refused", refused, "the connection was refused", "pveproxy runs on the node"},
+		{"hung", hung, "it accepted the connection but did not answer within 10s", "that pveproxy on the node is not hung"},
+	} {
+		lab := strings.ReplaceAll(string(data), "url: https://192.168.0.8:8006", "url: https://"+tc.addr)
+		path := filepath.Join(t.TempDir(), "lab.yaml")
+		if err := os.WriteFile(path, []byte(lab), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"image", "list"}, {"mgmt", "down", "--dry-run"}} {
+			t.Run(tc.name+"/"+strings.Join(args, " "), func(t *testing.T) {
+				t.Parallel()
+				res := run(t, append(args, "-c", path)...)
+				want := "connect to Proxmox API https://" + tc.addr + ": Proxmox API https://" + tc.addr + " (hypervisors[pve].proxmox.url): " + tc.what
+				if res.code != 1 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, tc.check) {
+					t.Errorf("exit %d, want 1 and %q, %q:\n%s", res.code, want, tc.check, res.stderr)
+				}
+				for _, raw := range []string{"dial tcp", "TLS handshake timeout"} {
+					if strings.Contains(res.stderr, raw) {
+						t.Errorf("a raw transport error (%q):\n%s", raw, res.stderr)
+					}
+				}
+			})
 		}
 	}
 }

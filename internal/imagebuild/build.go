@@ -220,6 +220,12 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 		return err
 	}
 	defer func() { _ = drivers.Close(drv) }()
+	if err := drivers.Reach(ctx, o.IO, drv); err != nil {
+		if h, _, terr := target(lab, img); terr == nil {
+			return dryRunReach(o.DryRun, h, err)
+		}
+		return err
+	}
 	tm, ok := drv.(Templater)
 	if !ok {
 		return fmt.Errorf("hypervisor %s cannot hold image-builder templates", img.Hypervisor)

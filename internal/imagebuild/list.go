@@ -70,6 +70,9 @@ func listHost(ctx context.Context, o ListOptions, name string) ([]Template, erro
 		return nil, err
 	}
 	defer func() { _ = drivers.Close(drv) }()
+	if err := drivers.Reach(ctx, o.IO, drv); err != nil {
+		return nil, err
+	}
 	return HostImages(ctx, o.Lab, drv)
 }
 

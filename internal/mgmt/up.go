@@ -257,8 +257,8 @@ func (u *UpRun) vmSpec(img hypervisor.Image, manifests []cloudinit.File, hostKey
 func (u *UpRun) Steps() []step.Step {
 	m := u.lab.Management
 	var steps []step.Step
-	if c, ok := u.drv.(hypervisor.Connector); ok {
-		steps = append(steps, step.Step{Name: "connect to " + c.Endpoint(), Check: c.Connect})
+	if s, ok := drivers.ConnectStep(u.drv); ok {
+		steps = append(steps, s)
 	}
 	if hp, ok := u.drv.(hypervisor.HostPreparer); ok {
 		steps = append(steps, step.Step{

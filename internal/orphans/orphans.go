@@ -202,6 +202,12 @@ func read(ctx context.Context, open DriverFunc, name, lab string) (*hostState, e
 		return nil, err
 	}
 	defer func() { _ = drivers.Close(drv) }()
+	// The one explained error for a dead API, as every command gives it.
+	if c, ok := drv.(hypervisor.Connector); ok {
+		if _, err := c.Connect(ctx); err != nil {
+			return nil, err
+		}
+	}
 	s := &hostState{}
 	if inv, ok := drv.(inventory); ok {
 		_, s.vms, err = inv.Inventory(ctx)

@@ -14,6 +14,8 @@ import (
 	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/hypervisor/libvirt"
 	"github.com/labctl/labctl/internal/hypervisor/proxmox"
+	"github.com/labctl/labctl/internal/step"
+	"github.com/labctl/labctl/internal/ui"
 )
 
 // Open connects to the hypervisor called name in lab. Close the driver
@@ -89,4 +91,28 @@ func Close(d hypervisor.Driver) error {
 		return c.Close()
 	}
 	return nil
+}
+
+// ConnectStep is the step "connect to <endpoint>" that a use case runs
+// before it talks to d (hypervisor.Connector says why), or false for a
+// driver that needs none: libvirt's connects in New.
+func ConnectStep(d hypervisor.Driver) (step.Step, bool) {
+	c, ok := d.(hypervisor.Connector)
+	if !ok {
+		return step.Step{}, false
+	}
+	return step.Step{Name: "connect to " + c.Endpoint(), Check: c.Connect}, true
+}
+
+// Reach runs ConnectStep on its own, for a use case with no steps of its
+// own to put it in. A dead or hung API then fails here, within the
+// driver's connect timeout and with progress shown, with the explained
+// error every command gives, not with the raw transport error of
+// whichever request came first after the client's retries.
+func Reach(ctx context.Context, io *ui.IO, d hypervisor.Driver) error {
+	s, ok := ConnectStep(d)
+	if !ok {
+		return nil
+	}
+	return (&step.Runner{IO: io}).Run(ctx, []step.Step{s})
 }
