@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -99,4 +100,21 @@ func RESTConfigFromKubeconfig(data []byte) (*rest.Config, error) {
 	cfg.UserAgent = "labctl"
 	tune(cfg)
 	return cfg, nil
+}
+
+// explainDial makes a failed connect name the kubeconfig that named the
+// server, and a fix. client-go's own errors ("failed to get server
+// groups: Get ...: dial tcp ...: connection refused") name neither, and
+// by the time they reach the user nothing says which file to look at.
+// An interrupt or a cancelled request is not the server's fault and
+// passes through as it is. The cause stays wrapped, for errors.Is.
+func explainDial(kubeconfig string, next func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		var op *net.OpError
+		if err == nil || ctx.Err() != nil || !errors.As(err, &op) {
+			return conn, err
+		}
+		return nil, fmt.Errorf("the API server at %s (from kubeconfig %s) cannot be reached: %w; check that the cluster is up (for the management cluster: labctl mgmt status) and that the kubeconfig's server address is right", addr, kubeconfig, err)
+	}
 }

@@ -2,14 +2,17 @@ package kube_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testing/testbed"
@@ -154,6 +157,16 @@ current-context: x
 	_, err = c.ServerVersion(ctx(t))
 	if err == nil || !strings.Contains(err.Error(), "asking https://127.0.0.1:1 for its version") {
 		t.Errorf("ServerVersion = %v", err)
+	}
+	// Through discovery, whose own words name neither the file nor a fix.
+	_, err = c.List(ctx(t), schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}, "", "")
+	for _, want := range []string{"the API server at 127.0.0.1:1 (from kubeconfig " + kc + ") cannot be reached", "connection refused", "labctl mgmt status"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("List = %v\nwant %q", err, want)
+		}
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("List = %v: the cause is lost", err)
 	}
 }
 
