@@ -40,3 +40,20 @@ func (d providerDef) embedded() (*unstructured.Unstructured, error) {
 	}
 	return cm, nil
 }
+
+// DevBuildWarning says, when comps install the libvirt provider at
+// release.DevVersion, that no release publishes its image: a labctl built
+// from source would otherwise install a Deployment whose pods never pull,
+// and the user would learn it only from the operator's wait timing out.
+// It is empty when there is nothing to warn about.
+func DevBuildWarning(comps []Component, pins versions.Pins) string {
+	for _, c := range comps {
+		if c.Provider == nil || c.Provider.Name != "libvirt" || c.Provider.Version != release.DevVersion {
+			continue
+		}
+		return fmt.Sprintf("this labctl is a development build (version %q), so the libvirt provider is installed as %s, and no release publishes %s: "+
+			"its pods start only if that image is already in the management VM's containerd (k3s ctr images import); otherwise use a released labctl",
+			versions.Version, release.DevVersion, release.Image(pins.LibvirtProvider, release.DevVersion))
+	}
+	return ""
+}

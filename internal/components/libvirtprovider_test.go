@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/base64"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -59,6 +61,16 @@ func TestLibvirtProviderFromTheBinary(t *testing.T) {
 			}
 			cm, sel := offlineConfigMap(t, *c)
 			checkLibvirtConfigMap(t, cm, sel, tc.want, release.Image(pins.LibvirtProvider, tc.want), pins.LibvirtProvider.Platforms)
+			// Only a development build is warned that its image is not published.
+			w := components.DevBuildWarning(cs, pins)
+			if dev := tc.want == release.DevVersion; dev != strings.Contains(w, "no release publishes "+release.Image(pins.LibvirtProvider, release.DevVersion)) ||
+				dev != strings.Contains(w, fmt.Sprintf("development build (version %q)", tc.labctl)) {
+				t.Errorf("labctl %s: the warning is %q", tc.labctl, w)
+			}
+		}
+		lab.Management.Stack.Libvirt.Enabled = false
+		if w := components.DevBuildWarning(build(t, lab, components.Options{}), pins); w != "" {
+			t.Errorf("labctl %s without the libvirt provider warns %q", tc.labctl, w)
 		}
 	}
 }

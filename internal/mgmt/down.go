@@ -66,6 +66,9 @@ func Down(ctx context.Context, o DownOptions) error {
 		return dryRunReach(o.DryRun, lab, lab.Management.Hypervisor, err)
 	}
 	defer func() { _ = drivers.Close(drv) }()
+	if err := drivers.Reach(ctx, o.IO, drv); err != nil {
+		return dryRunReach(o.DryRun, lab, lab.Management.Hypervisor, err)
+	}
 	name := lab.Metadata.Name
 	vms, err := drv.ListVMs(ctx, name)
 	if err != nil {
@@ -156,6 +159,11 @@ func workloadClusters(ctx context.Context, o DownOptions, lab *config.Lab) ([]ku
 	}
 	mc, err := o.Mgmt(ctx)
 	if errors.Is(err, ErrNoManagement) {
+		where := "no kubeconfig stored"
+		if p, err := kube.MgmtKubeconfigPath(lab.Metadata.Name); err == nil {
+			where = "no kubeconfig at " + p
+		}
+		fmt.Fprintf(o.IO.Err, "workload clusters: none can exist (%s: mgmt up never finished, so Cluster API never ran)\n", where)
 		return nil, nil, nil
 	}
 	if err != nil {
@@ -172,6 +180,9 @@ func workloadClusters(ctx context.Context, o DownOptions, lab *config.Lab) ([]ku
 				lab.Metadata.Name, c.GetNamespace(), c.GetName(), clusterapi.Namespace(c.GetName()))
 		}
 		out = append(out, kube.Ref{GVK: clusterapi.ClusterGVK, Namespace: c.GetNamespace(), Name: c.GetName()})
+	}
+	if len(out) == 0 {
+		fmt.Fprintf(o.IO.Err, "workload clusters: none on the management cluster %s\n", mc.Host())
 	}
 	return out, mc, nil
 }

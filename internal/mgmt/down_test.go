@@ -94,6 +94,10 @@ func TestDownOnProxmox(t *testing.T) {
 	if err != nil || !strings.Contains(out, "labctl-mgmt (VMID 201 on pv1-1)") || !strings.Contains(out, "dry run") || len(srv.VMs()) != 3 {
 		t.Fatalf("dry run: %v\n%s", err, out)
 	}
+	stored, _ := kube.MgmtKubeconfigPath("home")
+	if want := "workload clusters: none can exist (no kubeconfig at " + stored + ": mgmt up never finished"; !strings.Contains(out, want) {
+		t.Errorf("the dry run does not say why it asked for no workload clusters; want %q:\n%s", want, out)
+	}
 	if out, err := down(t, lab, "n\n", false, false); !errors.Is(err, ErrAborted) || len(srv.VMs()) != 3 {
 		t.Fatalf("answered no: %v %v\n%s", err, ids(srv), out)
 	}
@@ -256,6 +260,11 @@ func TestDownRefusesWhileClustersExist(t *testing.T) {
 	}
 	if len(srv.VMs()) != 4 {
 		t.Fatalf("mgmt down deleted VMs while a workload VM was left: %v", ids(srv))
+	}
+	// With the Cluster gone, a dry run says it looked and found none.
+	out, err = run("", true, false)
+	if want := "workload clusters: none on the management cluster " + mc.Host(); err != nil || !strings.Contains(out, want) {
+		t.Errorf("dry run with no workload cluster: %v; want %q:\n%s", err, want, out)
 	}
 
 	// Cluster API deleted the cluster, but its VM is not gone yet: down

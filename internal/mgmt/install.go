@@ -103,6 +103,9 @@ func Install(ctx context.Context, o InstallOptions) error {
 	if err := in.refuseUpgrade(ctx); err != nil {
 		return err
 	}
+	if w := components.DevBuildWarning(in.comps, versions.MustGet()); w != "" {
+		step.Println(ctx, o.IO.Err, o.IO.Styles(o.IO.Err).Warn(w))
+	}
 	if o.DryRun {
 		step.Println(ctx, o.IO.Err, "Dry run: nothing is applied.")
 	}

@@ -494,6 +494,8 @@ func TestDryRunShowsTheLibvirtProvider(t *testing.T) {
 		"would: create Namespace " + release.Namespace,
 		"would: create ConfigMap " + release.Namespace + "/" + cmName,
 		"would: create InfrastructureProvider " + release.Namespace + "/libvirt",
+		"! this labctl is a development build (version \"dev\"), so the libvirt provider is installed as " + v + ", and no release publishes " +
+			release.Image(versions.MustGet().LibvirtProvider, v) + ": its pods start only if that image is already in the management VM's containerd",
 	} {
 		if !strings.Contains(o.stderr.String(), line) {
 			t.Errorf("the plan lacks %q:\n%s", line, o.stderr.String())
