@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -270,6 +271,7 @@ func (u *UpRun) Steps() []step.Step {
 	return append(steps,
 		step.Step{Name: "cloud image " + u.image.FileName, Plan: u.planImage, Apply: u.applyImage},
 		step.Step{Name: "create VM " + m.Name, Plan: u.planCreate, Apply: u.applyCreate},
+		step.Step{Name: "size of VM " + m.Name, Check: u.checkSize},
 		step.Step{Name: "start VM " + m.Name, Plan: u.planStart, Apply: u.applyStart},
 		step.Step{Name: "wait for the address of " + m.Name, Apply: u.waitAddress},
 		step.Step{Name: "wait for the k3s API", Apply: u.waitAPI},
@@ -346,6 +348,48 @@ func (u *UpRun) planCreate(ctx context.Context) ([]string, error) {
 	}
 	return []string{fmt.Sprintf("create VM %s on %s: %d CPUs, %s memory, %s disk, address %s, k3s %s by cloud-init",
 		m.Name, u.drv.Name(), m.Size.CPUs, m.Size.Memory, m.Size.Disk, addr, m.K3sVersion)}, nil
+}
+
+// checkSize compares the management VM with management.size. labctl
+// does not resize it: a new size applies only when the VM restarts,
+// which takes the management cluster down for that time, so that is the
+// user's call. It says what differs and how to apply it, and goes on.
+func (u *UpRun) checkSize(ctx context.Context) (string, error) {
+	vm, found, err := u.vm.Get(ctx, u.findVMNow)
+	if err != nil || !found {
+		return "made as management.size asks", err // a dry run before the create
+	}
+	m := u.lab.Management
+	mem, err := resource.ParseQuantity(m.Size.Memory)
+	if err != nil {
+		return "", fmt.Errorf("management.size.memory %q: %w", m.Size.Memory, err)
+	}
+	wantMiB := int(mem.Value() >> 20)
+	var diff []string
+	if vm.CPUs != m.Size.CPUs {
+		diff = append(diff, fmt.Sprintf("%d CPUs where management.size.cpus asks %d", vm.CPUs, m.Size.CPUs))
+	}
+	if vm.MemoryMiB != wantMiB {
+		diff = append(diff, fmt.Sprintf("%s memory where management.size.memory asks %s", ui.GiB(vm.MemoryMiB), ui.GiB(wantMiB)))
+	}
+	if len(diff) == 0 {
+		return fmt.Sprintf("%d CPUs, %s memory", vm.CPUs, ui.GiB(vm.MemoryMiB)), nil
+	}
+	restart := "the management cluster is down while the VM restarts; mgmt up does not do this for you"
+	var fix []string
+	if h, err := u.lab.Hypervisor(m.Hypervisor); err == nil && h.Libvirt != nil {
+		c := "virsh -c " + redact.URL(h.Libvirt.URI)
+		fix = []string{
+			fmt.Sprintf("%s edit %s: <vcpu>%d</vcpu>, <memory unit='MiB'>%d</memory> and <currentMemory unit='MiB'>%d</currentMemory>", c, vm.Name, m.Size.CPUs, wantMiB, wantMiB),
+			fmt.Sprintf("%s shutdown %s, and once it is off, %s start %s (%s)", c, vm.Name, c, vm.Name, restart),
+		}
+	} else {
+		fix = []string{
+			fmt.Sprintf("on node %s: qm set %d --cores %d --memory %d", vm.Node, vm.ID, m.Size.CPUs, wantMiB),
+			fmt.Sprintf("qm reboot %d (%s)", vm.ID, restart),
+		}
+	}
+	return "", &step.Warning{Detail: "VM " + vm.Name + " has " + strings.Join(diff, ", and "), Fix: fix}
 }
 
 func (u *UpRun) applyCreate(ctx context.Context) error {

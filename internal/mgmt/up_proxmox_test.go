@@ -270,11 +270,34 @@ func TestUpOnProxmoxEndToEnd(t *testing.T) {
 	}
 
 	b.srv.ResetRequests()
-	if out, err := b.up(t, t.Context(), inst); err != nil {
+	if out, err = b.up(t, t.Context(), inst); err != nil {
 		t.Fatalf("second mgmt up: %v\n%s", err, out)
+	}
+	if want := "✓ size of VM labctl-mgmt (4 CPUs, 8.0 GiB memory)"; !strings.Contains(out, want) {
+		t.Errorf("second mgmt up lacks %q:\n%s", want, out)
 	}
 	if w := b.srv.Writes(); w != 0 {
 		t.Errorf("second mgmt up made %d PVE writes: %+v", w, b.srv.Requests())
+	}
+	// lab.yaml asks for more than the VM has: mgmt up says how to resize
+	// it, and changes nothing (a restart is the user's call).
+	b.lab.Management.Size.CPUs, b.lab.Management.Size.Memory = 8, "16Gi"
+	b.srv.ResetRequests()
+	out, err = b.up(t, t.Context(), inst)
+	if err != nil {
+		t.Fatalf("mgmt up after lab.yaml grew the VM: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"! size of VM labctl-mgmt (VM labctl-mgmt has 4 CPUs where management.size.cpus asks 8, and 8.0 GiB memory where management.size.memory asks 16.0 GiB)",
+		"fix: on node pv1-1: qm set 201 --cores 8 --memory 16384",
+		"fix: qm reboot 201 (the management cluster is down while the VM restarts",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mgmt up lacks %q:\n%s", want, out)
+		}
+	}
+	if w := b.srv.Writes(); w != 0 {
+		t.Errorf("mgmt up with a size drift made %d PVE writes: %+v", w, b.srv.Requests())
 	}
 	if strings.Contains(out+b.log.String(), b.srv.Secret) {
 		t.Error("the token secret was printed")

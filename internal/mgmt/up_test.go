@@ -526,6 +526,34 @@ func TestUpDryRunChangesNothing(t *testing.T) {
 	}
 }
 
+// A management VM smaller or larger than management.size is not "up to
+// date": mgmt up says what differs and how to apply it, and changes
+// nothing (the new size applies only at a restart, which is the user's
+// call). On a libvirt host the fix is virsh's.
+func TestUpSaysHowToResize(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	lab := localLab(t)
+	mem := newMem(t, nil)
+	mem.vms["labctl-mgmt"] = &hypervisor.VM{Name: "labctl-mgmt", Lab: lab.Metadata.Name, CPUs: 1, MemoryMiB: 2048}
+	out, err := upOnce(t, t.Context(), lab, mem, nil, true)
+	if err != nil {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"! size of VM labctl-mgmt (VM labctl-mgmt has 1 CPUs where management.size.cpus asks 2, and 2.0 GiB memory where management.size.memory asks 4.0 GiB)",
+		"fix: virsh -c qemu:///system edit labctl-mgmt: <vcpu>2</vcpu>, <memory unit='MiB'>4096</memory> and <currentMemory unit='MiB'>4096</currentMemory>",
+		"fix: virsh -c qemu:///system shutdown labctl-mgmt, and once it is off, virsh -c qemu:///system start labctl-mgmt",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mgmt up lacks %q:\n%s", want, out)
+		}
+	}
+	mem.vms["labctl-mgmt"].CPUs, mem.vms["labctl-mgmt"].MemoryMiB = 2, 4096
+	if out, err := upOnce(t, t.Context(), lab, mem, nil, true); err != nil || !strings.Contains(out, "✓ size of VM labctl-mgmt (2 CPUs, 4.0 GiB memory)") {
+		t.Errorf("a VM of the asked size: %v\n%s", err, out)
+	}
+}
+
 func TestNewUpNamesMissingKeyFile(t *testing.T) {
 	lab := localLab(t)
 	lab.Management.SSHPublicKeys = nil

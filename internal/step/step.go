@@ -29,6 +29,16 @@ type Step struct {
 	Check func(ctx context.Context) (string, error)
 }
 
+// Warning, returned by a Check, ends its step's line with a warning
+// rather than a failure, and the run goes on: the step found something
+// labctl leaves to the user, and Fix says how to do it.
+type Warning struct {
+	Detail string
+	Fix    []string
+}
+
+func (w *Warning) Error() string { return w.Detail }
+
 // Runner runs steps in order, stopping at the first failure.
 type Runner struct {
 	IO     *ui.IO
@@ -78,6 +88,12 @@ func (r *Runner) run(ctx context.Context, status *ui.Status, s Step) error {
 
 	if s.Check != nil {
 		detail, err := s.Check(ctx)
+		var w *Warning
+		if errors.As(err, &w) && ctx.Err() == nil {
+			status.Warn(w.Detail)
+			r.list(status, "fix:", w.Fix)
+			return nil
+		}
 		if err != nil {
 			return fail(ctx, status, s.Name, err)
 		}

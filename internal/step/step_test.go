@@ -3,6 +3,7 @@ package step_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -314,5 +315,34 @@ func TestProgressWithoutRunner(t *testing.T) {
 	got := errOut.String()
 	if strings.Contains(got, "nobody listens") || !strings.Contains(got, "wait for k3s: k3s answers (3)") {
 		t.Errorf("progress without a runner shown, or the step's own missing: %q", got)
+	}
+}
+
+// A Check that returns a Warning ends its line with "!" and its fix
+// listed under it, and the run goes on, in dry runs too.
+func TestRunCheckWarningGoesOn(t *testing.T) {
+	for _, dry := range []bool{false, true} {
+		var did applied
+		steps := []step.Step{
+			{Name: "size of VM mgmt", Check: func(context.Context) (string, error) {
+				return "", fmt.Errorf("wrapped: %w", &step.Warning{Detail: "4 CPUs, lab.yaml asks 8", Fix: []string{"qm set 201 --cores 8", "qm reboot 201"}})
+			}},
+			{Name: "start VM", Apply: did.apply("start VM")},
+		}
+		got, err := run(t, context.Background(), step.Runner{DryRun: dry}, steps)
+		if err != nil {
+			t.Fatalf("dry %v: %v", dry, err)
+		}
+		want := `• size of VM mgmt ...
+! size of VM mgmt (4 CPUs, lab.yaml asks 8)
+  fix: qm set 201 --cores 8
+  fix: qm reboot 201
+`
+		if !strings.HasPrefix(got, want) {
+			t.Errorf("dry %v: output:\n%s\nwant it to start with:\n%s", dry, got, want)
+		}
+		if ran := len(did) == 1; ran == dry {
+			t.Errorf("dry %v: applied %v", dry, did)
+		}
 	}
 }
