@@ -153,6 +153,15 @@ func (c *Client) archive(ctx context.Context, ch Chart) ([]byte, error) {
 	return data, nil
 }
 
+// UnreachableError is a chart repository that did not answer at all
+// (offline, say), as opposed to one that answered wrong. A dry run goes
+// on without the chart and says so.
+type UnreachableError struct{ Err error }
+
+func (e *UnreachableError) Error() string { return e.Err.Error() }
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
 func resolve(base, ref string) (string, error) {
 	b, err := url.Parse(base)
 	if err != nil {
@@ -173,7 +182,7 @@ func (c *Client) get(ctx context.Context, u string) ([]byte, error) {
 	req.Header.Set("User-Agent", "labctl")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, &UnreachableError{Err: err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -24,6 +24,16 @@ func ImageTag(image string) string { return "labctl-image-" + image }
 // ErrNotFound is returned when a VM or image does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ChecksumListError is an image's SHA256SUMS file (checksumURL) that
+// could not be fetched. Without it labctl cannot name the image file, so
+// it cannot tell whether a hypervisor holds it already; a plan goes on
+// and says so, where an apply stops.
+type ChecksumListError struct{ Err error }
+
+func (e *ChecksumListError) Error() string { return e.Err.Error() }
+
+func (e *ChecksumListError) Unwrap() error { return e.Err }
+
 // HostPreparer is implemented by drivers that set up the host before VMs
 // go on it (libvirt: the storage pool and the lab's NAT network). Use cases
 // call it when a driver has it; both methods are idempotent.

@@ -117,16 +117,6 @@ func (o BuildOptions) builderDir(img config.Image, pins versions.Pins, builder s
 	return FindBuilder(dir, pins.ImageBuilder, builder)
 }
 
-// dryRunReach explains an error reaching hypervisor h in a dry run: it
-// asks h for the template and the storage's disk format, so there is no
-// plan without h, and so without its token.
-func dryRunReach(dry bool, h *config.Hypervisor, err error) error {
-	if !dry {
-		return err
-	}
-	return fmt.Errorf("the dry run asks Proxmox VE hypervisor %s (%s) whether the template is up to date and which disk format its storage takes, so it must reach it: %w", h.Name, redact.URL(h.Proxmox.URL), err)
-}
-
 // plan is one image's build, worked out before anything runs.
 type plan struct {
 	dir, target, varFile, logPath string
@@ -148,9 +138,11 @@ func prepare(o BuildOptions, lab *config.Lab, img config.Image, pins versions.Pi
 	if err != nil {
 		return nil, err
 	}
+	// A dry run never runs make: without the secret it still shows the
+	// plan, and the hypervisor it cannot reach without it says why.
 	secret, err := h.ReadTokenSecret()
-	if err != nil {
-		return nil, dryRunReach(o.DryRun, h, err)
+	if err != nil && !o.DryRun {
+		return nil, err
 	}
 	folder, err := files.StatePath(lab.Metadata.Name, "images")
 	if err != nil {
@@ -212,33 +204,25 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 	if err != nil {
 		return err
 	}
-	drv, err := o.Driver(ctx, img.Hypervisor)
-	if err != nil {
-		if h, _, terr := target(lab, img); terr == nil {
-			return dryRunReach(o.DryRun, h, err)
-		}
-		return err
-	}
-	defer func() { _ = drivers.Close(drv) }()
-	if err := drivers.Reach(ctx, o.IO, drv); err != nil {
-		if h, _, terr := target(lab, img); terr == nil {
-			return dryRunReach(o.DryRun, h, err)
-		}
-		return err
-	}
-	tm, ok := drv.(Templater)
-	if !ok {
-		return fmt.Errorf("hypervisor %s cannot hold image-builder templates", img.Hypervisor)
-	}
 	node := p.vars["node"]
-	format, err := diskFormat(ctx, tm, node, p.vars["storage_pool"])
+	drv, tm, unchecked, err := openTemplater(ctx, o, lab, img)
 	if err != nil {
 		return err
 	}
-	p.vars["disk_format"] = format
+	if tm != nil {
+		defer func() { _ = drivers.Close(drv) }()
+		format, err := diskFormat(ctx, tm, node, p.vars["storage_pool"])
+		if err != nil {
+			return err
+		}
+		p.vars["disk_format"] = format
+	}
 	if o.DryRun {
 		if err := p.show(o.IO.Out); err != nil {
 			return err
+		}
+		if unchecked != "" {
+			fmt.Fprintf(o.IO.Out, "# disk_format: not checked (the type of storage %s decides it): %s\n", p.vars["storage_pool"], unchecked)
 		}
 	}
 	tags := img.TemplateTags()
@@ -256,6 +240,10 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 		{
 			Name: "build " + img.Name,
 			Plan: func(ctx context.Context) ([]string, error) {
+				if tm == nil {
+					return []string{fmt.Sprintf("run make %s in %s (Kubernetes %s, node %s, template %s), unless the template is there already (not checked: %s)",
+						p.target, p.dir, img.KubernetesVersion, node, name, unchecked)}, nil
+				}
 				have, err := find(ctx, tm, tags)
 				if err != nil || have != nil {
 					return nil, err
@@ -287,6 +275,9 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 		{
 			Name: "tag " + img.Name,
 			Plan: func(ctx context.Context) ([]string, error) {
+				if tm == nil {
+					return []string{"tag the new template " + strings.Join(tags, ", ")}, nil
+				}
 				have, err := find(ctx, tm, tags)
 				if err != nil || have != nil {
 					return nil, err
@@ -311,6 +302,31 @@ func buildOne(ctx context.Context, o BuildOptions, lab *config.Lab, img config.I
 		}
 	}
 	return nil
+}
+
+// openTemplater opens and reaches img's Proxmox hypervisor. A dry run
+// that cannot goes on without it: it returns no Templater and why, and
+// the plan marks what it could not check. A build stops.
+func openTemplater(ctx context.Context, o BuildOptions, lab *config.Lab, img config.Image) (hypervisor.Driver, Templater, string, error) {
+	drv, err := o.Driver(ctx, img.Hypervisor)
+	if err == nil {
+		if err = drivers.Reach(ctx, o.IO, drv); err != nil {
+			_ = drivers.Close(drv)
+		}
+	}
+	if err != nil {
+		h, _, terr := target(lab, img)
+		if !o.DryRun || terr != nil || ctx.Err() != nil {
+			return nil, nil, "", err
+		}
+		return nil, nil, fmt.Sprintf("Proxmox VE hypervisor %s (%s) was not reached: %v", h.Name, redact.URL(h.Proxmox.URL), err), nil
+	}
+	tm, ok := drv.(Templater)
+	if !ok {
+		_ = drivers.Close(drv)
+		return nil, nil, "", fmt.Errorf("hypervisor %s cannot hold image-builder templates", img.Hypervisor)
+	}
+	return drv, tm, "", nil
 }
 
 // diskFormat is image-builder's disk_format for the node's VM storage,

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -468,6 +469,42 @@ func TestDryRunPrintsEveryObjectAndWritesNothing(t *testing.T) {
 			t.Errorf("err = %v", err)
 		}
 	})
+}
+
+// Offline, a dry run with the Helm SDK cannot render the charts: it
+// prints every other object, says which charts are missing and why, and
+// names --offline-dir, where before it failed on the first download.
+func TestDryRunOfflinePrintsTheRest(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	b := newBed(t, "capi", "operator")
+	lab := ownerLab(t, dead)
+	o, err := install(t, b, lab, func(o *mgmt.InstallOptions) { o.DryRun = true; o.Output = "yaml"; o.Charts = mgmt.HelmSDK })
+	if err != nil {
+		t.Fatalf("offline dry run: %v\n%s", err, o.stderr.String())
+	}
+	if n := b.writes.Load(); n != 0 {
+		t.Errorf("the dry run made %d write requests", n)
+	}
+	for _, chart := range []string{"cert-manager v1.21.2", "cluster-api-operator 0.28.0"} {
+		want := "not rendered: chart " + chart + ", whose repository did not answer ("
+		if !strings.Contains(o.stderr.String(), "! "+want) || !strings.Contains(o.stdout.String(), "# "+want) {
+			t.Errorf("neither stderr nor stdout says %q:\n%s\n%s", want, o.stderr.String(), o.stdout.String())
+		}
+	}
+	if !strings.Contains(o.stderr.String(), "connection refused); --offline-dir DIR with the chart's archive in it renders it without the network") {
+		t.Errorf("stderr does not name --offline-dir:\n%s", o.stderr.String())
+	}
+	refs := strings.Join(printedRefs(t, b, o), "\n")
+	for _, want := range []string{"CoreProvider capi-system/cluster-api", "ClusterRoleBinding labctl-cluster-autoscaler-management"} {
+		if !strings.Contains(refs, want) {
+			t.Errorf("the offline dry run lacks %s:\n%s", want, refs)
+		}
+	}
 }
 
 // With the libvirt provider enabled, the dry run's plan and printed

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/labctl/labctl/internal/components"
+	"github.com/labctl/labctl/internal/helm"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/redact"
 )
@@ -19,6 +21,12 @@ import (
 // are replaced by where they come from.
 func (in *installer) printObjects(ctx context.Context) error {
 	var objs []*unstructured.Unstructured
+	var skipped []string
+	defer func() {
+		for _, m := range skipped {
+			fmt.Fprintln(in.o.IO.Err, in.o.IO.Styles(in.o.IO.Err).Warn(m))
+		}
+	}()
 	for i := range in.comps {
 		c := &in.comps[i]
 		if c.Chart != nil {
@@ -31,6 +39,12 @@ func (in *installer) printObjects(ctx context.Context) error {
 				continue
 			}
 			raw, err := in.hc.Render(ctx, c.Chart.Release, in.kver)
+			var offline *helm.UnreachableError
+			if errors.As(err, &offline) && ctx.Err() == nil {
+				skipped = append(skipped, fmt.Sprintf("not rendered: chart %s, whose repository did not answer (%v); "+
+					"--offline-dir DIR with the chart's archive in it renders it without the network (docs/mgmt.md, \"Air-gapped\")", c.Chart.Release.Chart, err))
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -66,7 +80,12 @@ func (in *installer) printObjects(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = in.o.IO.Out.Write(data)
+	// What is missing says so where the objects go, too.
+	var head []byte
+	for _, m := range skipped {
+		head = append(head, "# "+m+"\n"...)
+	}
+	_, err = in.o.IO.Out.Write(append(head, data...))
 	return err
 }
 

@@ -322,14 +322,22 @@ func (u *UpRun) planImage(ctx context.Context) ([]string, error) {
 		u.img.Set(img)
 		return nil, nil
 	}
-	if !errors.Is(err, hypervisor.ErrNotFound) {
+	// Offline, the checksum list cannot be read, so neither can the
+	// image's name on the host: the plan says what it could not check
+	// (the apply needs the list, and stops there).
+	var unread *hypervisor.ChecksumListError
+	if !errors.Is(err, hypervisor.ErrNotFound) && !errors.As(err, &unread) {
 		return nil, err
 	}
 	check := u.image.Checksum
 	if check == "" {
 		check = "the sha256 listed in " + redact.URL(u.image.ChecksumURL)
 	}
-	return []string{fmt.Sprintf("download %s, check it against %s, and put it on %s", redact.URL(u.image.URL), check, u.drv.Name())}, nil
+	line := fmt.Sprintf("download %s, check it against %s, and put it on %s", redact.URL(u.image.URL), check, u.drv.Name())
+	if unread != nil {
+		line += fmt.Sprintf(" (not checked: whether %s holds it already, since %v; management.image.checksum set to sha256:<hex> needs no list)", u.drv.Name(), unread)
+	}
+	return []string{line}, nil
 }
 
 func (u *UpRun) applyImage(ctx context.Context) error {

@@ -490,3 +490,39 @@ func TestUpOnProxmoxRefusesAFingerprintLabBeforeTheVM(t *testing.T) {
 		}
 	}
 }
+
+// TestUpOnProxmoxDryRunOffline: with the image's SHA256SUMS out of reach
+// (offline), the dry run still prints the plan, and says what it could
+// not check and why, rather than failing on the download it would make.
+func TestUpOnProxmoxDryRunOffline(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	b := newPVEBed(t, nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := "http://" + l.Addr().String() + "/SHA256SUMS"
+	l.Close()
+	b.lab.Management.Image.Checksum, b.lab.Management.Image.ChecksumURL = "", sums
+	io, _, out, _ := ui.Test()
+	io.Err = out
+	u, err := NewUp(b.lab, b.drv, UpOptions{IO: io, DryRun: true, Installer: &recordingInstaller{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&step.Runner{IO: io, DryRun: true}).Run(t.Context(), u.Steps()); err != nil {
+		t.Fatalf("offline dry run: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"would: download " + pveImageURL + ", check it against the sha256 listed in " + sums + ", and put it on pve (not checked: whether pve holds it already, since fetching " + sums + ": ",
+		"connection refused; management.image.checksum set to sha256:<hex> needs no list)",
+		"would: create VM labctl-mgmt on pve",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the offline dry run lacks %q:\n%s", want, out)
+		}
+	}
+	if w := b.srv.Writes(); w != 0 {
+		t.Errorf("the dry run made %d PVE writes", w)
+	}
+}

@@ -47,7 +47,7 @@ func Checksum(ctx context.Context, hc *http.Client, spec hypervisor.ImageSpec) (
 	file := path.Base(u.Path) // the name SHA256SUMS lists, without any query
 	resp, err := Get(ctx, hc, spec.ChecksumURL)
 	if err != nil {
-		return "", err
+		return "", &hypervisor.ChecksumListError{Err: err}
 	}
 	defer func() { _ = resp.Body.Close() }()
 	sc := bufio.NewScanner(io.LimitReader(resp.Body, maxSums))
