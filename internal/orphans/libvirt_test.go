@@ -1,7 +1,6 @@
 package orphans_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -212,8 +211,8 @@ func TestFindAndDeleteOnLibvirt(t *testing.T) {
 	// gc --yes keeps the running one; --force deletes it too; a re-run
 	// finds nothing, and what is owned is all there.
 	gc := func(force bool) string {
-		var out, errb bytes.Buffer
-		err := orphans.GC(t.Context(), orphans.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Lab: lab,
+		io, _, out, errb := ui.Test()
+		err := orphans.GC(t.Context(), orphans.Options{IO: io, Lab: lab,
 			Driver: libvirtOpener(lab), Mgmt: staticMgmt(kc), Yes: true, Force: force})
 		if err != nil {
 			t.Fatalf("gc: %v\n%s", err, errb.String())

@@ -1,7 +1,6 @@
 package orphans_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -189,8 +188,8 @@ func TestFindOnProxmox(t *testing.T) {
 		}
 
 		// gc --yes --force deletes exactly those; a re-run finds nothing.
-		var out, errb bytes.Buffer
-		err := orphans.GC(t.Context(), orphans.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Lab: lab,
+		io, _, _, errb := ui.Test()
+		err := orphans.GC(t.Context(), orphans.Options{IO: io, Lab: lab,
 			Driver: pveOpener(lab), Mgmt: staticMgmt(kc), Yes: true, Force: true})
 		if err != nil {
 			t.Fatalf("gc: %v\n%s", err, errb.String())

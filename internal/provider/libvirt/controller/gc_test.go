@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -55,8 +54,8 @@ func TestGCFindsTheDomainAKilledDeleteLeft(t *testing.T) {
 	}
 	gc := func(dryRun bool) (string, []orphans.Orphan) {
 		t.Helper()
-		var out, errb bytes.Buffer
-		err := orphans.GC(t.Context(), orphans.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Lab: lab,
+		io, _, out, errb := ui.Test()
+		err := orphans.GC(t.Context(), orphans.Options{IO: io, Lab: lab,
 			Driver: func(ctx context.Context, name string) (hypervisor.Driver, error) { return drivers.Open(ctx, lab, name) },
 			Mgmt:   func(context.Context) (*kube.Client, error) { return mc, nil }, DryRun: dryRun, Yes: true})
 		if err != nil {

@@ -470,9 +470,9 @@ func lab1Lifecycle(t testing.TB, shape labShape) *scaletest.Report {
 	lab.Management.Stack.OfflineDir = t.TempDir()
 	standin.Package(t, lab.Management.Stack.OfflineDir, standin.Cilium, pins.Cilium)
 
-	var out, errb bytes.Buffer
+	io, _, _, errb := ui.Test()
 	dir := t.TempDir()
-	opts := cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Lab: lab, Name: "lab1", Mgmt: e.kc,
+	opts := cluster.Options{IO: io, Lab: lab, Name: "lab1", Mgmt: e.kc,
 		KubeconfigDir: dir, Timeout: 6 * time.Minute}
 	done := make(chan error, 1)
 	go func() { done <- cluster.Create(ctx, opts) }()
@@ -607,9 +607,9 @@ func noCloneFailed(t testing.TB, e *bootEnv) {
 // kubeconfig Secret) and returns the report it printed.
 func scaleTestAll(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab, as *runner.Proc) *scaletest.Report {
 	t.Helper()
-	var out, errb bytes.Buffer
+	io, _, out, errb := ui.Test()
 	err := scaletest.Command(ctx, scaletest.CommandOptions{
-		IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Lab: lab, Cluster: "lab1", Scenario: "all", Output: "json",
+		IO: io, Lab: lab, Cluster: "lab1", Scenario: "all", Output: "json",
 		Mgmt: func(context.Context) (*kube.Client, error) { return e.kc, nil },
 		Workload: func(ctx context.Context, name string) (*rest.Config, error) {
 			kc, err := cluster.Kubeconfig(ctx, cluster.Options{Mgmt: e.kc, Name: name})

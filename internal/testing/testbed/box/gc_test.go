@@ -1,7 +1,6 @@
 package box_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -48,8 +47,8 @@ func TestGCFindsTheVMAFailedDeleteLeft(t *testing.T) {
 	open := func(ctx context.Context, name string) (hypervisor.Driver, error) { return drivers.Open(ctx, lab, name) }
 	gc := func(dryRun, force bool) (string, []orphans.Orphan) {
 		t.Helper()
-		var out, errb bytes.Buffer
-		err := orphans.GC(ctx, orphans.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &out, Err: &errb}, Lab: lab, Driver: open,
+		io, _, out, errb := ui.Test()
+		err := orphans.GC(ctx, orphans.Options{IO: io, Lab: lab, Driver: open,
 			Mgmt: func(context.Context) (*kube.Client, error) { return c.kc, nil }, DryRun: dryRun, Yes: true, Force: force})
 		if err != nil {
 			t.Fatalf("gc: %v\n%s", err, errb.String())

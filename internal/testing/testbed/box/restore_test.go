@@ -1,7 +1,6 @@
 package box_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -89,8 +88,8 @@ func TestBackupRestoreOntoANewBox(t *testing.T) {
 	applySharedRole(ctx, t, e)
 	lab.Management.Stack.OfflineDir = t.TempDir()
 	standin.Package(t, lab.Management.Stack.OfflineDir, standin.Cilium, pins.Cilium)
-	var errb bytes.Buffer
-	opts := cluster.Options{IO: &ui.IO{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &errb}, Lab: lab, Name: "lab1", Mgmt: e.kc,
+	io, _, _, errb := ui.Test()
+	opts := cluster.Options{IO: io, Lab: lab, Name: "lab1", Mgmt: e.kc,
 		KubeconfigDir: t.TempDir(), Timeout: 6 * time.Minute}
 	if err := cluster.Create(ctx, opts); err != nil {
 		t.Fatalf("labctl cluster create lab1: %v\n%s\nVM boot failures: %v", err, errb.String(), e.sim.Failures())
@@ -243,8 +242,8 @@ func writeLab(t *testing.T, lab *config.Lab) string {
 // its output redirected, and returns its exit code and output.
 func labctl(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	var out bytes.Buffer
-	io := &ui.IO{In: strings.NewReader(""), Out: &out, Err: &out}
+	io, _, out, _ := ui.Test()
+	io.Err = out
 	code := cmd.Run(t.Context(), cmdutil.New(io, &cmdutil.Settings{}), args)
 	return code, out.String()
 }

@@ -146,8 +146,8 @@ func TestSimOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var so, se bytes.Buffer
-	_, err = mgmt.Status(ctx, mgmt.StatusOptions{IO: &ui.IO{Out: &so, Err: &se}, Lab: lab, Output: "json",
+	io, _, so, se := ui.Test()
+	_, err = mgmt.Status(ctx, mgmt.StatusOptions{IO: io, Lab: lab, Output: "json",
 		Mgmt: func(context.Context) (*kube.Client, error) { return kc, nil }})
 	// Nothing is installed yet: every component is reported, none ready.
 	if !errors.Is(err, mgmt.ErrNotReady) {
