@@ -38,37 +38,26 @@ const (
 	// EnvRequire turns a missing test bed from a skip into a failure; so
 	// does CI.
 	EnvRequire = "LABCTL_REQUIRE_TESTBED"
-	// EnvSharedCRDs overrides where the shared upstream CRDs live
-	// (default: ../shared/crds next to the module root).
-	EnvSharedCRDs = "LABCTL_SHARED_CRDS"
 )
 
-// CRD sets by name. Each is rendered from upstream providers' own config/
-// folders in the module cache (package upstream), at the versions the test
-// bed's wrapper modules select, so the CRDs carry the contract labels and
-// conversion webhooks of the releases and a fresh clone needs nothing
-// beside it. Only Kamaji's control-plane provider, whose module is not
-// served here, still comes from the shared CRDs folder.
+// CRD sets by name. Each is rendered from upstream providers' own
+// manifests in the module cache (package upstream), at the versions the
+// test bed's wrapper modules select, so the CRDs carry the contract labels
+// and conversion webhooks of the releases and a fresh clone needs nothing
+// beside it: "kamaji" is the Kamaji control-plane provider's release file.
 var crdSets = map[string][]string{
 	"capi":            {"cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane"},
 	"capmox":          {"capmox"},
 	"operator":        {"cluster-api-operator"},
 	"ipam":            {"ipam-in-cluster"},
 	"helm-controller": {"helm-controller"},
-}
-
-// sharedCRDSets are the sets still read from the shared CRDs folder.
-var sharedCRDSets = map[string][]string{
-	"kamaji": {"kamaji-controlplane-v0.20.0"},
+	"kamaji":          {"kamaji-provider"},
 }
 
 // CRDSets lists the names WithCRDs accepts.
 func CRDSets() []string {
-	names := make([]string, 0, len(crdSets)+len(sharedCRDSets))
+	names := make([]string, 0, len(crdSets))
 	for n := range crdSets {
-		names = append(names, n)
-	}
-	for n := range sharedCRDSets {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -116,9 +105,9 @@ func WithEndpointRouting() Option {
 }
 
 // WithCRDs installs CRD sets by name: "capi" (core, kubeadm bootstrap and
-// control plane), "capmox", "operator", "ipam" and "helm-controller",
-// rendered from the upstream modules; and "kamaji", read from the shared
-// CRDs folder (the test is skipped where it is absent).
+// control plane), "capmox", "operator", "ipam", "helm-controller" and
+// "kamaji" (the Kamaji control-plane provider), rendered from the upstream
+// modules.
 func WithCRDs(sets ...string) Option {
 	return func(o *options) { o.sets = append(o.sets, sets...) }
 }
@@ -150,9 +139,8 @@ func Start(t testing.TB, opts ...Option) *Env {
 		opt(&o)
 	}
 	assets := Assets(t)
-	crds, sharedPaths := crdsOf(t, o.sets)
-	crds = append(crds, o.crds...)
-	paths := append(sharedPaths, o.paths...)
+	crds := append(crdsOf(t, o.sets), o.crds...)
+	paths := o.paths
 
 	var audit auditFiles
 	if o.audit {
@@ -307,48 +295,16 @@ func ModuleRoot() (string, error) {
 	}
 }
 
-// SharedCRDs returns the shared upstream CRDs folder: LABCTL_SHARED_CRDS,
-// else ../shared/crds next to the module root. Where it is absent the test
-// is skipped.
-func SharedCRDs(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv(EnvSharedCRDs)
-	if dir == "" {
-		root, err := ModuleRoot()
-		if err != nil {
-			t.Fatalf("testbed: %v", err)
-		}
-		dir = filepath.Join(filepath.Dir(root), "shared", "crds")
-	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		t.Skipf("testbed: the shared upstream CRDs folder %s is absent; this test needs it (set %s to another copy)", dir, EnvSharedCRDs)
-	}
-	return dir
-}
-
-// crdsOf renders the named CRD sets, and names the folders of those still
-// read from the shared CRDs folder.
-func crdsOf(t testing.TB, sets []string) ([]*apiextensionsv1.CustomResourceDefinition, []string) {
+// crdsOf renders the named CRD sets.
+func crdsOf(t testing.TB, sets []string) []*apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 	var crds []*apiextensionsv1.CustomResourceDefinition
-	var paths []string
 	seen := map[string]bool{}
 	for _, name := range sets {
 		if seen[name] {
 			continue
 		}
 		seen[name] = true
-		if dirs, ok := sharedCRDSets[name]; ok {
-			shared := SharedCRDs(t)
-			for _, d := range dirs {
-				p := filepath.Join(shared, d)
-				if _, err := os.Stat(p); err != nil {
-					t.Skipf("testbed: CRD set %q: %s is absent from the shared CRDs folder", name, p)
-				}
-				paths = append(paths, p)
-			}
-			continue
-		}
 		providers, ok := crdSets[name]
 		if !ok {
 			t.Fatalf("testbed: unknown CRD set %q (known: %s)", name, strings.Join(CRDSets(), ", "))
@@ -361,7 +317,7 @@ func crdsOf(t testing.TB, sets []string) ([]*apiextensionsv1.CustomResourceDefin
 			crds = append(crds, got...)
 		}
 	}
-	return crds, paths
+	return crds
 }
 
 // UpstreamCRDs renders one upstream provider's CRDs (package upstream

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,19 +78,6 @@ func TestMissingAssetsSkipOrFail(t *testing.T) {
 	}
 }
 
-func TestUnknownSharedFolderSkips(t *testing.T) {
-	t.Setenv(EnvSharedCRDs, filepath.Join(t.TempDir(), "nope"))
-	ran := false
-	t.Run("inner", func(t *testing.T) {
-		defer func() { ran = true }()
-		SharedCRDs(t)
-		t.Error("SharedCRDs did not skip")
-	})
-	if !ran {
-		t.Fatal("inner test did not run")
-	}
-}
-
 // Every rendered set yields CRDs, and the Cluster API sets carry the
 // contract labels the Cluster controller needs (the shared bases had none).
 func TestCRDSetsRender(t *testing.T) {
@@ -104,6 +92,17 @@ func TestCRDSetsRender(t *testing.T) {
 			}
 		}
 	}
+	kamaji, err := UpstreamCRDs("kamaji-provider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, crd := range kamaji {
+		names = append(names, crd.Name)
+	}
+	if want := "kamajicontrolplanes.controlplane.cluster.x-k8s.io"; !slices.Contains(names, want) {
+		t.Errorf("CRD set kamaji: %v, want %s among them", names, want)
+	}
 	crds, err := UpstreamCRDs("capmox")
 	if err != nil {
 		t.Fatal(err)
@@ -115,22 +114,9 @@ func TestCRDSetsRender(t *testing.T) {
 	}
 }
 
-func TestSharedCRDSetsExist(t *testing.T) {
-	shared := SharedCRDs(t)
-	for name, dirs := range sharedCRDSets {
-		for _, d := range dirs {
-			entries, err := os.ReadDir(filepath.Join(shared, d))
-			if err != nil || len(entries) == 0 {
-				t.Errorf("CRD set %s: %s: %v (%d files)", name, d, err, len(entries))
-			}
-		}
-	}
-}
-
 // A test asking for CAPI and CAPMOX gets their rendered CRDs installed and
 // served, labels included, with no shared CRDs folder.
 func TestStartInstallsRenderedCRDs(t *testing.T) {
-	t.Setenv(EnvSharedCRDs, filepath.Join(t.TempDir(), "nope"))
 	env := Start(t, WithCRDs("capi", "capmox"))
 	names := map[string]map[string]string{}
 	for _, crd := range env.CRDs {
