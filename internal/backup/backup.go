@@ -185,15 +185,6 @@ func isAre(n int) string {
 	return "are"
 }
 
-// isTenant reports whether Cluster c's control plane is Kamaji's: its
-// controlPlaneRef says so, or, before the topology controller sets that,
-// its class is one of labctl's tenant ClusterClasses.
-func isTenant(c *unstructured.Unstructured) bool {
-	kind, _, _ := unstructured.NestedString(c.Object, "spec", "controlPlaneRef", "kind")
-	class, _, _ := unstructured.NestedString(c.Object, "spec", "topology", "classRef", "name")
-	return kind == clusterapi.KamajiControlPlaneGVK.Kind || strings.HasPrefix(class, clusterapi.TenantClass(""))
-}
-
 func listClusters(ctx context.Context, src *kube.Client) ([]sourceCluster, error) {
 	served, err := src.Serves(clusterapi.ClusterGVK)
 	if err != nil {
@@ -211,7 +202,7 @@ func listClusters(ctx context.Context, src *kube.Client) ([]sourceCluster, error
 		c := &list[i]
 		paused, _, _ := unstructured.NestedBool(c.Object, "spec", "paused")
 		_, annotated := c.GetAnnotations()[pausedAnnotation]
-		out = append(out, sourceCluster{ClusterRef: ClusterRef{Namespace: c.GetNamespace(), Name: c.GetName()}, paused: paused || annotated, tenant: isTenant(c)})
+		out = append(out, sourceCluster{ClusterRef: ClusterRef{Namespace: c.GetNamespace(), Name: c.GetName()}, paused: paused || annotated, tenant: clusterapi.IsTenant(c)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out, nil

@@ -2,12 +2,16 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
@@ -105,5 +109,118 @@ func TestTenantCreateNeedsTheClusterClass(t *testing.T) {
 		KubeconfigDir: t.TempDir(), Timeout: 10 * time.Second, DryRun: true})
 	if err == nil || !strings.Contains(err.Error(), "ClusterClass "+clusterapi.ClassNamespace+"/labctl-kamaji-proxmox is missing") || !strings.Contains(err.Error(), "labctl mgmt install") {
 		t.Errorf("create of a tenant without its ClusterClass: %v", err)
+	}
+}
+
+// TestTenantDeleteStopsTheControlPlaneFirst: delete scales a tenant's
+// control plane to zero through its topology (the topology controller
+// would put back a change made on the KamajiControlPlane) and waits for
+// the pods to go before it deletes the Cluster, so that nothing writes to
+// the datastore after Kamaji clears the tenant's data. The controllers
+// are stood in for: the scale-down is done by hand when the topology asks.
+func TestTenantDeleteStopsTheControlPlaneFirst(t *testing.T) {
+	env := testbed.Start(t, testbed.WithCRDs("capi", "kamaji"))
+	mgmt, err := kube.Connect(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := mgmt.Ctrl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab := tenantsLab(t)
+	r, err := cluster.Render(lab, "tenant1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if _, err := mgmt.Apply(ctx, r.Objects, kube.ApplyOptions{}); err != nil {
+		t.Fatalf("applying tenant1 as create does: %v", err)
+	}
+	// What the topology controller and Kamaji would have made: the
+	// Cluster's controlPlaneRef, and the tenant's Deployment, one pod up.
+	const cp = "tenant1-x7k2p"
+	clKey := client.ObjectKey{Namespace: "tenant1", Name: "tenant1"}
+	cl := &unstructured.Unstructured{}
+	cl.SetGroupVersionKind(clusterapi.ClusterGVK)
+	must(t, c.Get(ctx, clKey, cl))
+	base := cl.DeepCopy()
+	must(t, unstructured.SetNestedMap(cl.Object, map[string]any{"apiGroup": clusterapi.KamajiControlPlaneGVK.Group, "kind": "KamajiControlPlane", "name": cp}, "spec", "controlPlaneRef"))
+	must(t, c.Patch(ctx, cl, client.MergeFrom(base)))
+	dep := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": cp, "namespace": "tenant1"},
+		"spec": map[string]any{"replicas": int64(1), "selector": map[string]any{"matchLabels": map[string]any{"app": cp}},
+			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"app": cp}},
+				"spec": map[string]any{"containers": []any{map[string]any{"name": "kube-apiserver", "image": "registry.k8s.io/kube-apiserver:v1.35.4"}}}}}}}
+	must(t, c.Create(ctx, dep))
+	setReplicas := func(n int64) {
+		t.Helper()
+		base := dep.DeepCopy()
+		must(t, unstructured.SetNestedField(dep.Object, n, "status", "replicas"))
+		must(t, c.Status().Patch(ctx, dep, client.MergeFrom(base)))
+	}
+	setReplicas(1)
+
+	io, _, out, _ := ui.Test()
+	io.Err = out
+	opts := cluster.Options{IO: io, Lab: lab, Name: "tenant1", Mgmt: mgmt, Timeout: time.Minute}
+	dry := opts
+	dry.DryRun = true
+	if err := cluster.Delete(ctx, cluster.DeleteOptions{Options: dry}); err != nil {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	want := "would: scale KamajiControlPlane tenant1/" + cp + " through Cluster tenant1/tenant1's spec.topology.controlPlane.replicas to 0 (1 running), so that nothing writes to the datastore after Kamaji clears the tenant's data"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("the dry run lacks %q:\n%s", want, out)
+	}
+
+	// The stand-in: once the topology asks for 0, the pod goes. The
+	// Cluster must still be there then.
+	stoodIn := make(chan error, 1)
+	go func() {
+		for ctx.Err() == nil {
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(clusterapi.ClusterGVK)
+			if err := c.Get(ctx, clKey, got); err != nil {
+				stoodIn <- fmt.Errorf("the Cluster went before its control plane was scaled to 0: %w", err)
+				return
+			}
+			if n, ok, _ := unstructured.NestedInt64(got.Object, "spec", "topology", "controlPlane", "replicas"); ok && n == 0 {
+				if !got.GetDeletionTimestamp().IsZero() {
+					stoodIn <- errors.New("the Cluster was deleted before its control plane stopped")
+					return
+				}
+				setReplicas(0)
+				stoodIn <- nil
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	out.Reset()
+	if err := cluster.Delete(ctx, cluster.DeleteOptions{Options: opts, Yes: true}); err != nil {
+		t.Fatalf("delete: %v\n%s", err, out)
+	}
+	if err := <-stoodIn; err != nil {
+		t.Error(err)
+	}
+	for _, want := range []string{"stop the tenant's control plane", "delete cluster tenant1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("delete lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Index(out.String(), "stop the tenant's control plane") > strings.Index(out.String(), "delete cluster tenant1") {
+		t.Errorf("the Cluster was deleted before the control plane stopped:\n%s", out)
+	}
+	if err := c.Get(ctx, clKey, cl); !apierrors.IsNotFound(err) {
+		t.Errorf("the Cluster is still there: %v", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -56,6 +56,15 @@ var kamajiGV = schema.GroupVersion{Group: "controlplane.cluster.x-k8s.io", Versi
 // platform (config.PlatformProxmox or config.PlatformKVM).
 func TenantClass(platform string) string { return "labctl-kamaji-" + platform }
 
+// IsTenant reports whether Cluster c's control plane is Kamaji's: its
+// controlPlaneRef says so, or, before the topology controller sets that,
+// its class is one of labctl's tenant ClusterClasses.
+func IsTenant(c *unstructured.Unstructured) bool {
+	kind, _, _ := unstructured.NestedString(c.Object, "spec", "controlPlaneRef", "kind")
+	class, _, _ := unstructured.NestedString(c.Object, "spec", "topology", "classRef", "name")
+	return kind == KamajiControlPlaneGVK.Kind || strings.HasPrefix(class, TenantClass(""))
+}
+
 // tenantCPTemplate is the KamajiControlPlaneTemplate both classes share.
 const tenantCPTemplate = "labctl-kamaji"
 

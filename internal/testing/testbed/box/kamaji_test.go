@@ -18,11 +18,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	labcluster "github.com/labctl/labctl/internal/cluster"
+	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/runner"
 	"github.com/labctl/labctl/internal/testing/testbed/upstream"
+	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -97,7 +100,10 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 		b.Runner.Reach(n)
 	}
 	port := freePort(t)
-	const ns, name = "tenants", "t1"
+	// In the namespace labctl gives a cluster, so 'labctl cluster
+	// delete' finds it.
+	const name = "t1"
+	ns := clusterapi.Namespace(name)
 	objs := parse(t, fmt.Sprintf(kamajiObjects, etcd.Endpoint, ns, name, port,
 		indent(string(etcd.CACert)), indent(string(etcd.CAKey)), indent(string(etcd.Client.Cert)), indent(string(etcd.Client.Key))))
 	start := time.Now()
@@ -184,10 +190,6 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 	t.Logf("RSS: %v", rss)
 
 	// Deleting the Cluster deletes the TenantControlPlane and its data.
-	cluster := &unstructured.Unstructured{}
-	cluster.SetGroupVersionKind(schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"})
-	cluster.SetNamespace(ns)
-	cluster.SetName(name)
 	tcp := &unstructured.Unstructured{}
 	tcp.SetGroupVersionKind(schema.GroupVersionKind{Group: "kamaji.clastix.io", Version: "v1alpha1", Kind: "TenantControlPlane"})
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tcp); err != nil {
@@ -201,26 +203,19 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 	if n, err := etcd.Count(ctx, prefix); err != nil || n == 0 {
 		t.Fatalf("datastore keys under %s before delete: %d, %v; want the tenant's", prefix, n, err)
 	}
-	// Kamaji deletes the tenant's data in its finalizer while the
-	// tenant's kube-apiserver still runs (the Deployment goes by garbage
-	// collection after), which writes its leases again: measured here, 4
-	// keys left. Scaled to zero first, nothing writes after the clean-up.
-	kcp := &unstructured.Unstructured{}
-	kcp.SetGroupVersionKind(schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Version: "v1alpha2", Kind: "KamajiControlPlane"})
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp); err != nil {
-		t.Fatal(err)
+	// labctl cluster delete: it scales the KamajiControlPlane to 0 and
+	// waits for the tenant's pods to go before it deletes the Cluster.
+	// Kamaji deletes the tenant's data in its finalizer while the tenant's
+	// kube-apiserver still runs (the Deployment goes by garbage collection
+	// after), which writes its leases again: measured here, 4 keys were
+	// left when the Cluster was deleted at once.
+	io, _, out, _ := ui.Test()
+	io.Err = out
+	if err := labcluster.Delete(ctx, labcluster.DeleteOptions{Yes: true, Options: labcluster.Options{IO: io, Name: name, Mgmt: kc, Timeout: 3 * time.Minute}}); err != nil {
+		t.Fatalf("labctl cluster delete %s: %v\n%s", name, err, out)
 	}
-	base = kcp.DeepCopy()
-	_ = unstructured.SetNestedField(kcp.Object, int64(0), "spec", "replicas")
-	if err := cl.Patch(ctx, kcp, client.MergeFrom(base)); err != nil {
-		t.Fatalf("scaling the KamajiControlPlane to 0: %v", err)
-	}
-	waitUntil(ctx, t, 3*time.Minute, "the tenant's processes stopped", func() {}, func() (bool, string) {
-		p := b.Runner.Proc(ns, name)
-		return p == nil, fmt.Sprint(p)
-	})
-	if err := cl.Delete(ctx, cluster); err != nil {
-		t.Fatal(err)
+	if !strings.Contains(out.String(), "stop the tenant's control plane") {
+		t.Errorf("cluster delete did not stop the tenant's control plane first:\n%s", out)
 	}
 	waitUntil(ctx, t, 3*time.Minute, "the TenantControlPlane gone and no data under "+prefix, func() {}, func() (bool, string) {
 		err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tcp)

@@ -14,7 +14,8 @@
 //     lands in the mapped /tmp;
 //   - KUBECONFIG replaces the in-cluster config;
 //   - the Deployment's status (replicas, available, conditions) is written
-//     back from the process and its readiness probe.
+//     back from the process and its readiness probe, and replicas 0 once a
+//     Deployment scaled to 0 has its processes stopped.
 //
 // One departure from "the container's own args": the listeners. Every
 // process here shares the machine's loopback, where the containers' fixed
@@ -366,10 +367,15 @@ func (r *Runner) pass(ctx context.Context) {
 		why   string
 	}
 	var reports []status
+	var zero []*appsv1.Deployment
 	for i := range ds.Items {
 		d := &ds.Items[i]
 		key := d.Namespace + "/" + d.Name
-		if d.DeletionTimestamp != nil || (d.Spec.Replicas != nil && *d.Spec.Replicas == 0) {
+		if d.DeletionTimestamp != nil {
+			continue
+		}
+		if d.Spec.Replicas != nil && *d.Spec.Replicas == 0 {
+			zero = append(zero, d)
 			continue
 		}
 		if h, ok := r.handler(d); ok {
@@ -399,13 +405,18 @@ func (r *Runner) pass(ctx context.Context) {
 		r.logf("Deployment %s is gone (or scaled to 0): stopping %s", p.Deployment, p.binaries())
 		r.killPod(p)
 	}
+	// A Deployment scaled to 0 has no pod once its processes are gone,
+	// and its status says so, as the deployment controller's does.
+	for _, d := range zero {
+		r.report(ctx, d, 0, true, "")
+	}
 	r.pods(ctx)
 	// The Services lead to the ready processes before their Deployments
 	// say Available, so a client waiting for Available finds the webhooks
 	// answering.
 	r.endpoints(ctx)
 	for _, st := range reports {
-		r.report(ctx, st.d, st.ready, st.why)
+		r.report(ctx, st.d, 1, st.ready, st.why)
 	}
 }
 
@@ -1375,10 +1386,11 @@ func probe(pr *corev1.Probe, p *Proc) error {
 }
 
 // report writes the Deployment's status as the deployment controller
-// would from one pod: replicas and available counts, and the Available
-// and Progressing conditions. It writes only when something changed.
-func (r *Runner) report(ctx context.Context, d *appsv1.Deployment, ready bool, why string) {
-	var n int32 = 1
+// would from n pods (the runner runs one, or none at 0 replicas, which
+// counts as available as the controller's minimum-availability rule
+// has it): replicas and available counts, and the Available and
+// Progressing conditions. It writes only when something changed.
+func (r *Runner) report(ctx context.Context, d *appsv1.Deployment, n int32, ready bool, why string) {
 	st := appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n}
 	avail := appsv1.DeploymentCondition{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionFalse,
 		Reason: "MinimumReplicasUnavailable", Message: "Deployment does not have minimum availability. (labctl test bed runner: " + why + ")"}
