@@ -207,6 +207,11 @@ func checkRBAC(t *testing.T, b *bed) {
 func steps(stderr string) []string {
 	var out []string
 	for _, l := range strings.Split(stderr, "\n") {
+		// A step's last line ends with its time or detail in brackets; a
+		// notice such as the development build's warning does not.
+		if !strings.HasSuffix(l, ")") {
+			continue
+		}
 		if strings.HasPrefix(l, ui.SymbolOK+" ") || strings.HasPrefix(l, ui.SymbolFail+" ") || strings.HasPrefix(l, ui.SymbolWarn+" ") {
 			out = append(out, l)
 		}

@@ -343,6 +343,16 @@ func (r *MachineReconciler) reconcileProviderID(ctx context.Context, m *machineS
 	if m.lm.Spec.ProviderID == id {
 		return false, nil
 	}
+	// The cache may not have seen yet what a reconcile cut off right
+	// after this patch wrote (a requeue after an error comes within
+	// milliseconds): ask the API server before writing it again.
+	if r.Reader != nil {
+		fresh := &v1alpha1.LibvirtMachine{}
+		if err := r.Reader.Get(ctx, ctrl.ObjectKeyFromObject(m.lm), fresh); err == nil && fresh.Spec.ProviderID == id {
+			m.lm.Spec.ProviderID = id
+			return false, nil
+		}
+	}
 	m.lm.Spec.ProviderID = id
 	if err := m.patch(ctx); err != nil {
 		return false, err
