@@ -5,9 +5,11 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/labctl/labctl/embedded"
 	"github.com/labctl/labctl/internal/clusterapi"
@@ -29,7 +31,25 @@ const (
 	// Kamaji gives every TenantControlPlane that names none (its
 	// --datastore flag).
 	KamajiDataStore = "default"
+	// KamajiProviderVariables is the Secret of the Kamaji provider's
+	// clusterctl variables (its spec.configSecret).
+	KamajiProviderVariables = "kamaji-variables"
+	// kamajiProviderAccount is the provider's ServiceAccount in its
+	// release (config/control-plane-components.yaml).
+	kamajiProviderAccount = "capi-kamaji-controller-manager"
 )
+
+// KamajiLibvirtVariables let the Kamaji provider v0.20.0 write a KVM
+// tenant's endpoint into its LibvirtCluster. It patches only the kinds it
+// knows and answers any other with "unsupported infrastructure provider"
+// (controllers/kamajicontrolplane_controller_cluster_patch.go,
+// patchCluster), unless its DynamicInfrastructureClusterPatch gate is on
+// and the kind is in --dynamic-infrastructure-clusters (main.go); its
+// release file sets both from these clusterctl variables.
+var KamajiLibvirtVariables = map[string]string{
+	"CACPPK_DYNAMIC_INFRASTRUCTURE_CLUSTER_PATCH": "true",
+	"CACPPK_INFRASTRUCTURE_CLUSTERS":              "LibvirtCluster",
+}
 
 // KamajiCRDs are the CRDs Kamaji's chart brings; the provider and the
 // datastore's DataStore need them.
@@ -110,9 +130,16 @@ func kamaji(lab *config.Lab, pins versions.Pins, offline string) ([]Component, e
 	if d.fetchURL == "" {
 		d.release = func() ([]byte, []byte, error) { return kamajiProviderRelease(pins) }
 	}
+	kvm := slices.ContainsFunc(lab.Tenants(), func(c *config.Cluster) bool { return lab.TenantPlatform(c) == config.PlatformKVM })
+	if kvm {
+		d.vars, d.varsSecret = KamajiLibvirtVariables, KamajiProviderVariables
+	}
 	p, err := d.component(offline)
 	if err != nil {
 		return nil, err
+	}
+	if kvm {
+		p.Objects = append(p.Objects, KamajiLibvirtRBAC()...)
 	}
 	out := []Component{k, etcd, p}
 	// The tenant ClusterClasses use the provider's
@@ -164,4 +191,22 @@ func splitImage(ref string) (repo, tag string, err error) {
 		return "", "", fmt.Errorf("%q is not repository:tag", ref)
 	}
 	return ref[:i], ref[i+1:], nil
+}
+
+// KamajiLibvirtRBAC lets the Kamaji provider read and patch
+// LibvirtClusters: its cached client watches the kind it reads, and its
+// release's ClusterRole names only the kinds it knows.
+func KamajiLibvirtRBAC() []*unstructured.Unstructured {
+	const name = "labctl-kamaji-libvirtclusters"
+	role := object(schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}, "", name, nil, map[string]any{
+		"rules": []any{map[string]any{
+			"apiGroups": []any{"infrastructure.labctl.dev"}, "resources": []any{"libvirtclusters"},
+			"verbs": []any{"get", "list", "watch", "patch"},
+		}},
+	})
+	binding := object(schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"}, "", name, nil, map[string]any{
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+		"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": kamajiProviderAccount, "namespace": KamajiNamespace}},
+	})
+	return []*unstructured.Unstructured{role, binding}
 }

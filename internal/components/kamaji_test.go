@@ -222,3 +222,56 @@ func TestTenantClusterClassesAfterTheProvider(t *testing.T) {
 		t.Errorf("no ClusterClass among %d objects", len(c.Objects))
 	}
 }
+
+// A lab with a KVM tenant gets the Kamaji provider's variables in its
+// configSecret and labctl's RBAC on LibvirtClusters, without which the
+// provider never writes a KVM tenant's endpoint (the box test proves it
+// on the real provider); a lab without one gets neither.
+func TestKamajiProviderPatchesLibvirtClustersForKVMTenants(t *testing.T) {
+	lab := kamajiLab(t)
+	p := byName(t, build(t, lab, components.Options{LocalFiles: components.SkipLocalFiles}), "ControlPlaneProvider kamaji")
+	if _, found, _ := unstructured.NestedMap(providerCR(t, p).Object, "spec", "configSecret"); found {
+		t.Errorf("a lab without KVM tenants: configSecret %v", providerCR(t, p).Object["spec"])
+	}
+	for _, o := range p.Objects {
+		if o.GetKind() == "ClusterRole" || o.GetKind() == "Secret" {
+			t.Errorf("a lab without KVM tenants carries %s %s", o.GetKind(), o.GetName())
+		}
+	}
+
+	lab = load(t, "../../examples/lab-tenants.yaml") // tenant2 is on KVM
+	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{ownerKey}
+	p = byName(t, build(t, lab, components.Options{LocalFiles: components.SkipLocalFiles}), "ControlPlaneProvider kamaji")
+	ref, _, _ := unstructured.NestedStringMap(providerCR(t, p).Object, "spec", "configSecret")
+	if ref["name"] != components.KamajiProviderVariables || ref["namespace"] != components.KamajiNamespace {
+		t.Errorf("configSecret = %v", ref)
+	}
+	var secret, role, binding *unstructured.Unstructured
+	for _, o := range p.Objects {
+		switch o.GetKind() {
+		case "Secret":
+			secret = o
+		case "ClusterRole":
+			role = o
+		case "ClusterRoleBinding":
+			binding = o
+		}
+	}
+	if secret == nil || role == nil || binding == nil {
+		t.Fatalf("objects %v: want the variables Secret and the RBAC", names([]components.Component{p}))
+	}
+	data, _, _ := unstructured.NestedStringMap(secret.Object, "data")
+	for k, v := range map[string]string{"CACPPK_DYNAMIC_INFRASTRUCTURE_CLUSTER_PATCH": "true", "CACPPK_INFRASTRUCTURE_CLUSTERS": "LibvirtCluster"} {
+		if got, _ := base64.StdEncoding.DecodeString(data[k]); string(got) != v {
+			t.Errorf("variable %s = %q, want %q", k, got, v)
+		}
+	}
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	if len(rules) != 1 || fmt.Sprint(rules[0]) != "map[apiGroups:[infrastructure.labctl.dev] resources:[libvirtclusters] verbs:[get list watch patch]]" {
+		t.Errorf("ClusterRole rules = %v", rules)
+	}
+	subj, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
+	if len(subj) != 1 || fmt.Sprint(subj[0]) != "map[kind:ServiceAccount name:capi-kamaji-controller-manager namespace:kamaji-system]" {
+		t.Errorf("ClusterRoleBinding subjects = %v", subj)
+	}
+}

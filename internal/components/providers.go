@@ -31,6 +31,11 @@ type providerDef struct {
 	fetchURL  string
 	gates     map[string]bool
 	secret    *providerSecret
+	// vars are clusterctl variables of the provider's components, none
+	// secret: they go in the Secret varsSecret, which spec.configSecret
+	// names and the operator substitutes from.
+	vars       map[string]string
+	varsSecret string
 	// capmoxTLS is how CAPMOX verifies the Proxmox API; set for CAPMOX only.
 	capmoxTLS *capmoxTLS
 	// release, when set, makes the provider's components and metadata
@@ -194,6 +199,15 @@ func (d providerDef) component(offline string) (Component, error) {
 		f := d.secret.secret
 		f.Ref.GVK, f.Ref.Namespace, f.Ref.Name = s.GroupVersionKind(), d.namespace, ProxmoxSecret
 		c.Secrets = append(c.Secrets, f)
+	}
+	if len(d.vars) > 0 {
+		data := map[string]any{}
+		for k, v := range d.vars {
+			data[k] = base64.StdEncoding.EncodeToString([]byte(v))
+		}
+		c.Objects = append(c.Objects, object(schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, d.namespace, d.varsSecret, nil,
+			map[string]any{"type": "Opaque", "data": data}))
+		spec["configSecret"] = map[string]any{"name": d.varsSecret, "namespace": d.namespace}
 	}
 	if d.ctype == "infrastructure" && d.name == "proxmox" {
 		// The reference is there even when the Secret was not rendered

@@ -3,6 +3,7 @@ package box_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -18,8 +19,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/labctl/labctl/embedded"
 	labcluster "github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
+	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
@@ -67,7 +70,14 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		data, err := rel.Substitute(nil)
+		// The provider with the clusterctl variables mgmt install puts in
+		// its configSecret for a lab with KVM tenants (the operator
+		// substitutes them from there), so that it patches LibvirtClusters.
+		var vars map[string]string
+		if name == "kamaji-provider" {
+			vars = components.KamajiLibvirtVariables
+		}
+		data, err := rel.Substitute(vars)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +241,76 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 	if p := b.Runner.Proc(ns, name); p != nil {
 		t.Errorf("runner still runs the deleted tenant's %s", p.Pod)
 	}
+
+	// A KVM tenant: its infrastructure is a LibvirtCluster, which the
+	// provider patches only with the variables above and labctl's RBAC
+	// (components.KamajiLibvirtRBAC); without them it answers
+	// "unsupported infrastructure provider" and never writes the endpoint.
+	crds, err := fs.Glob(embedded.FS, "provider/libvirt/crds/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs2 []*unstructured.Unstructured
+	for _, f := range crds {
+		raw, err := embedded.FS.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs2 = append(objs2, parse(t, string(raw))...)
+	}
+	objs2 = append(objs2, components.KamajiLibvirtRBAC()...)
+	port2 := freePort(t)
+	const name2 = "t2"
+	objs2 = append(objs2, parse(t, fmt.Sprintf(kvmTenant, name2, port2))...)
+	if _, err := kc.Apply(ctx, objs2, kube.ApplyOptions{}); err != nil {
+		t.Fatalf("applying the KVM tenant: %v", err)
+	}
+	lc := &unstructured.Unstructured{}
+	lc.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.labctl.dev", Version: "v1alpha1", Kind: "LibvirtCluster"})
+	waitUntil(ctx, t, 5*time.Minute, "the LibvirtCluster's controlPlaneEndpoint patched by the provider", func() {}, func() (bool, string) {
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: name2, Name: name2}, lc); err != nil {
+			return false, err.Error()
+		}
+		ep, _, _ := unstructured.NestedMap(lc.Object, "spec", "controlPlaneEndpoint")
+		return ep["host"] == "127.0.0.1" && fmt.Sprint(ep["port"]) == strconv.Itoa(port2), fmt.Sprintf("endpoint %v", ep)
+	})
 }
+
+// kvmTenant is a tenant whose infrastructure is a LibvirtCluster, on the
+// DataStore of kamajiObjects. Formatted with its name (also its
+// namespace) and port.
+const kvmTenant = `apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: infrastructure.labctl.dev/v1alpha1
+kind: LibvirtCluster
+metadata: {name: %[1]s, namespace: %[1]s}
+spec:
+  hosts: [{name: kvm1, uri: "qemu+ssh://labctl@127.0.0.1/system", credentialsRef: {name: %[1]s-libvirt-kvm1}}]
+  network: {network: labctl}
+  ipPool: {kind: InClusterIPPool, name: %[1]s-nodes}
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1alpha2
+kind: KamajiControlPlane
+metadata: {name: %[1]s, namespace: %[1]s}
+spec:
+  dataStoreName: labctl
+  version: v1.35.4
+  replicas: 1
+  network:
+    serviceType: ClusterIP
+    serviceAddress: 127.0.0.1
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {name: %[1]s, namespace: %[1]s}
+spec:
+  clusterNetwork:
+    apiServerPort: %[2]d
+  controlPlaneRef: {apiGroup: controlplane.cluster.x-k8s.io, kind: KamajiControlPlane, name: %[1]s}
+  infrastructureRef: {apiGroup: infrastructure.labctl.dev, kind: LibvirtCluster, name: %[1]s}
+`
 
 // kamajiObjects: the DataStore on the test's etcd (its CA and the root
 // client certificate in a Secret), and one tenant: a Cluster whose
