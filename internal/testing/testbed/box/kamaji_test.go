@@ -114,8 +114,9 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 	// delete' finds it.
 	const name = "t1"
 	ns := clusterapi.Namespace(name)
-	objs := parse(t, fmt.Sprintf(kamajiObjects, etcd.Endpoint, ns, name, port,
-		indent(string(etcd.CACert)), indent(string(etcd.CAKey)), indent(string(etcd.Client.Cert)), indent(string(etcd.Client.Key))))
+	objs := parse(t, fmt.Sprintf(kamajiObjects, etcd.Endpoint, ns, name,
+		indent(string(etcd.CACert)), indent(string(etcd.CAKey)), indent(string(etcd.Client.Cert)), indent(string(etcd.Client.Key)))+
+		"---\n"+tenantYAML(ns, name, port, schema.GroupKind{Group: "infrastructure.cluster.x-k8s.io", Kind: "ProxmoxCluster"}))
 	start := time.Now()
 	if _, err := kc.Apply(ctx, objs, kube.ApplyOptions{}); err != nil {
 		t.Fatalf("applying the DataStore and the tenant: %v", err)
@@ -261,7 +262,7 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 	objs2 = append(objs2, components.KamajiLibvirtRBAC()...)
 	port2 := freePort(t)
 	const name2 = "t2"
-	objs2 = append(objs2, parse(t, fmt.Sprintf(kvmTenant, name2, port2))...)
+	objs2 = append(objs2, parse(t, fmt.Sprintf(kvmTenant, name2)+"---\n"+tenantYAML(name2, name2, port2, schema.GroupKind{Group: "infrastructure.labctl.dev", Kind: "LibvirtCluster"}))...)
 	if _, err := kc.Apply(ctx, objs2, kube.ApplyOptions{}); err != nil {
 		t.Fatalf("applying the KVM tenant: %v", err)
 	}
@@ -276,9 +277,9 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 	})
 }
 
-// kvmTenant is a tenant whose infrastructure is a LibvirtCluster, on the
+// kvmTenant is the namespace and LibvirtCluster of a KVM tenant, on the
 // DataStore of kamajiObjects. Formatted with its name (also its
-// namespace) and port.
+// namespace).
 const kvmTenant = `apiVersion: v1
 kind: Namespace
 metadata: {name: %[1]s}
@@ -290,10 +291,14 @@ spec:
   hosts: [{name: kvm1, uri: "qemu+ssh://labctl@127.0.0.1/system", credentialsRef: {name: %[1]s-libvirt-kvm1}}]
   network: {network: labctl}
   ipPool: {kind: InClusterIPPool, name: %[1]s-nodes}
----
-apiVersion: controlplane.cluster.x-k8s.io/v1alpha2
+`
+
+// tenantYAML is a tenant's KamajiControlPlane, exposed on loopback at port,
+// and its Cluster on the infrastructure cluster of that kind and name.
+func tenantYAML(ns, name string, port int, infra schema.GroupKind) string {
+	return fmt.Sprintf(`apiVersion: controlplane.cluster.x-k8s.io/v1alpha2
 kind: KamajiControlPlane
-metadata: {name: %[1]s, namespace: %[1]s}
+metadata: {name: %[2]s, namespace: %[1]s}
 spec:
   dataStoreName: labctl
   version: v1.35.4
@@ -304,20 +309,20 @@ spec:
 ---
 apiVersion: cluster.x-k8s.io/v1beta2
 kind: Cluster
-metadata: {name: %[1]s, namespace: %[1]s}
+metadata: {name: %[2]s, namespace: %[1]s}
 spec:
   clusterNetwork:
-    apiServerPort: %[2]d
-  controlPlaneRef: {apiGroup: controlplane.cluster.x-k8s.io, kind: KamajiControlPlane, name: %[1]s}
-  infrastructureRef: {apiGroup: infrastructure.labctl.dev, kind: LibvirtCluster, name: %[1]s}
-`
+    apiServerPort: %[3]d
+  controlPlaneRef: {apiGroup: controlplane.cluster.x-k8s.io, kind: KamajiControlPlane, name: %[2]s}
+  infrastructureRef: {apiGroup: %[4]s, kind: %[5]s, name: %[2]s}
+`, ns, name, port, infra.Group, infra.Kind)
+}
 
 // kamajiObjects: the DataStore on the test's etcd (its CA and the root
-// client certificate in a Secret), and one tenant: a Cluster whose
-// KamajiControlPlane is exposed on loopback (serviceAddress 127.0.0.1, the
-// port the test reserved) and whose ProxmoxCluster has its control plane
-// managed elsewhere. Formatted with the etcd endpoint, namespace, name,
-// port and the four PEMs.
+// client certificate in a Secret), and one tenant's namespace and
+// ProxmoxCluster, whose control plane is managed elsewhere (tenantYAML
+// adds its KamajiControlPlane and Cluster). Formatted with the etcd
+// endpoint, namespace, name and the four PEMs.
 const kamajiObjects = `apiVersion: kamaji.clastix.io/v1alpha1
 kind: DataStore
 metadata:
@@ -338,13 +343,13 @@ kind: Secret
 metadata: {name: datastore-certs, namespace: kamaji-system}
 stringData:
   ca.crt: |
-%[5]s
+%[4]s
   ca.key: |
-%[6]s
+%[5]s
   tls.crt: |
-%[7]s
+%[6]s
   tls.key: |
-%[8]s
+%[7]s
 ---
 apiVersion: v1
 kind: Namespace
@@ -357,26 +362,6 @@ spec:
   externalManagedControlPlane: true
   ipv4Config: {addresses: [127.77.1.10-127.77.1.20], prefix: 24, gateway: 127.77.1.1}
   dnsServers: [127.77.1.1]
----
-apiVersion: controlplane.cluster.x-k8s.io/v1alpha2
-kind: KamajiControlPlane
-metadata: {name: %[3]s, namespace: %[2]s}
-spec:
-  dataStoreName: labctl
-  version: v1.35.4
-  replicas: 1
-  network:
-    serviceType: ClusterIP
-    serviceAddress: 127.0.0.1
----
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Cluster
-metadata: {name: %[3]s, namespace: %[2]s}
-spec:
-  clusterNetwork:
-    apiServerPort: %[4]d
-  controlPlaneRef: {apiGroup: controlplane.cluster.x-k8s.io, kind: KamajiControlPlane, name: %[3]s}
-  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: ProxmoxCluster, name: %[3]s}
 `
 
 func parse(t *testing.T, doc string) []*unstructured.Unstructured {
