@@ -189,24 +189,14 @@ func (d providerDef) component(offline string) (Component, error) {
 
 	spec := map[string]any{"version": d.version}
 	if d.secret != nil {
-		data := map[string]any{}
-		for k, v := range d.secret.data {
-			data[k] = base64.StdEncoding.EncodeToString([]byte(v))
-		}
-		s := object(schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, d.namespace, ProxmoxSecret, nil,
-			map[string]any{"type": "Opaque", "data": data})
+		s := opaqueSecret(d.namespace, ProxmoxSecret, d.secret.data)
 		c.Objects = append(c.Objects, s)
 		f := d.secret.secret
 		f.Ref.GVK, f.Ref.Namespace, f.Ref.Name = s.GroupVersionKind(), d.namespace, ProxmoxSecret
 		c.Secrets = append(c.Secrets, f)
 	}
 	if len(d.vars) > 0 {
-		data := map[string]any{}
-		for k, v := range d.vars {
-			data[k] = base64.StdEncoding.EncodeToString([]byte(v))
-		}
-		c.Objects = append(c.Objects, object(schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, d.namespace, d.varsSecret, nil,
-			map[string]any{"type": "Opaque", "data": data}))
+		c.Objects = append(c.Objects, opaqueSecret(d.namespace, d.varsSecret, d.vars))
 		spec["configSecret"] = map[string]any{"name": d.varsSecret, "namespace": d.namespace}
 	}
 	if d.ctype == "infrastructure" && d.name == "proxmox" {
@@ -254,6 +244,16 @@ func (d providerDef) component(offline string) (Component, error) {
 	}
 	c.Objects = append(c.Objects, object(gvk, d.namespace, d.name, nil, map[string]any{"spec": spec}))
 	return c, nil
+}
+
+// opaqueSecret is a Secret of a provider's clusterctl variables, which
+// the operator reads through spec.configSecret.
+func opaqueSecret(namespace, name string, vars map[string]string) *unstructured.Unstructured {
+	data := map[string]any{}
+	for k, v := range vars {
+		data[k] = base64.StdEncoding.EncodeToString([]byte(v))
+	}
+	return object(schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, namespace, name, nil, map[string]any{"type": "Opaque", "data": data})
 }
 
 // configMap packs a provider release from the offline tree into the

@@ -210,9 +210,9 @@ func MgmtHostKeyPath(lab string) (string, error) {
 // management.ip is set.
 func (u *UpRun) vmSpec(img hypervisor.Image, manifests []cloudinit.File, hostKey *cloudinit.HostKey) (hypervisor.VMSpec, error) {
 	m := u.lab.Management
-	mem, err := resource.ParseQuantity(m.Size.Memory)
+	memMiB, err := u.memoryMiB()
 	if err != nil {
-		return hypervisor.VMSpec{}, fmt.Errorf("management.size.memory %q: %w", m.Size.Memory, err)
+		return hypervisor.VMSpec{}, err
 	}
 	disk, err := resource.ParseQuantity(m.Size.Disk)
 	if err != nil {
@@ -229,7 +229,7 @@ func (u *UpRun) vmSpec(img hypervisor.Image, manifests []cloudinit.File, hostKey
 	}
 	spec := hypervisor.VMSpec{
 		Lab: u.lab.Metadata.Name, Name: m.Name, Node: m.Node, ID: m.VMID,
-		CPUs: m.Size.CPUs, MemoryMiB: int(mem.Value() >> 20), DiskGiB: int(disk.Value() >> 30),
+		CPUs: m.Size.CPUs, MemoryMiB: memMiB, DiskGiB: int(disk.Value() >> 30),
 		Image:   img,
 		Network: hypervisor.NetworkSpec{VLAN: u.lab.Network.VLAN, MAC: mac},
 		CloudInit: hypervisor.CloudInit{
@@ -358,6 +358,16 @@ func (u *UpRun) planCreate(ctx context.Context) ([]string, error) {
 		m.Name, u.drv.Name(), m.Size.CPUs, m.Size.Memory, m.Size.Disk, addr, m.K3sVersion)}, nil
 }
 
+// memoryMiB is management.size.memory in MiB, as the VM is made and
+// compared.
+func (u *UpRun) memoryMiB() (int, error) {
+	mem, err := resource.ParseQuantity(u.lab.Management.Size.Memory)
+	if err != nil {
+		return 0, fmt.Errorf("management.size.memory %q: %w", u.lab.Management.Size.Memory, err)
+	}
+	return int(mem.Value() >> 20), nil
+}
+
 // checkSize compares the management VM with management.size. labctl
 // does not resize it: a new size applies only when the VM restarts,
 // which takes the management cluster down for that time, so that is the
@@ -368,11 +378,10 @@ func (u *UpRun) checkSize(ctx context.Context) (string, error) {
 		return "made as management.size asks", err // a dry run before the create
 	}
 	m := u.lab.Management
-	mem, err := resource.ParseQuantity(m.Size.Memory)
+	wantMiB, err := u.memoryMiB()
 	if err != nil {
-		return "", fmt.Errorf("management.size.memory %q: %w", m.Size.Memory, err)
+		return "", err
 	}
-	wantMiB := int(mem.Value() >> 20)
 	var diff []string
 	if vm.CPUs != m.Size.CPUs {
 		diff = append(diff, fmt.Sprintf("%d CPUs where management.size.cpus asks %d", vm.CPUs, m.Size.CPUs))
