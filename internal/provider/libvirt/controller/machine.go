@@ -39,7 +39,9 @@ const defaultRetry = 30 * time.Second
 // when it runs again.
 type MachineReconciler struct {
 	Client ctrl.Client
-	// Reader reads Secrets uncached (bootstrap data, credentials).
+	// Reader reads past the cache: Secrets (bootstrap data, credentials),
+	// and what a reconcile cut off just before wrote, which the cache may
+	// not show yet.
 	Reader ctrl.Reader
 	Hosts  Hosts
 	// Retry is how soon a machine that waits on its hosts or its pool is
@@ -346,12 +348,10 @@ func (r *MachineReconciler) reconcileProviderID(ctx context.Context, m *machineS
 	// The cache may not have seen yet what a reconcile cut off right
 	// after this patch wrote (a requeue after an error comes within
 	// milliseconds): ask the API server before writing it again.
-	if r.Reader != nil {
-		fresh := &v1alpha1.LibvirtMachine{}
-		if err := r.Reader.Get(ctx, ctrl.ObjectKeyFromObject(m.lm), fresh); err == nil && fresh.Spec.ProviderID == id {
-			m.lm.Spec.ProviderID = id
-			return false, nil
-		}
+	fresh := &v1alpha1.LibvirtMachine{}
+	if err := r.Reader.Get(ctx, ctrl.ObjectKeyFromObject(m.lm), fresh); err == nil && fresh.Spec.ProviderID == id {
+		m.lm.Spec.ProviderID = id
+		return false, nil
 	}
 	m.lm.Spec.ProviderID = id
 	if err := m.patch(ctx); err != nil {
@@ -511,11 +511,20 @@ func (r *MachineReconciler) address(ctx context.Context, m *machineScope) (stati
 		if err := controllerutil.SetControllerReference(m.lm, claim, r.Client.Scheme()); err != nil {
 			return staticAddress{}, false, err
 		}
-		if err := r.Client.Create(ctx, claim); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := r.Client.Create(ctx, claim)
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			// The cache had not seen the claim an earlier reconcile made:
+			// read it past the cache rather than count a second claim.
+			if err := r.Reader.Get(ctx, key, claim); err != nil {
+				return staticAddress{}, false, fmt.Errorf("reading IPAddressClaim %s: %w", key.Name, err)
+			}
+		case err != nil:
 			return staticAddress{}, false, fmt.Errorf("creating IPAddressClaim %s: %w", key.Name, err)
-		}
-		if err := r.step(StepClaimCreated); err != nil {
-			return staticAddress{}, false, err
+		default:
+			if err := r.step(StepClaimCreated); err != nil {
+				return staticAddress{}, false, err
+			}
 		}
 	} else if err != nil {
 		return staticAddress{}, false, fmt.Errorf("reading IPAddressClaim %s: %w", key.Name, err)
