@@ -40,9 +40,11 @@ func (r *Runner) endpoints(ctx context.Context) {
 	procs := r.Procs()
 	var named []string
 	var ports []int
+	lbs := map[string]bool{}
 	defer func() {
 		r.writeHosts(named)
 		r.Reach(ports...)
+		r.dropForwards(lbs)
 	}()
 	for i := range svcs.Items {
 		s := &svcs.Items[i]
@@ -54,6 +56,9 @@ func (r *Runner) endpoints(ctx context.Context) {
 					p = cand
 				}
 			}
+		}
+		for _, k := range r.loadBalance(ctx, s, p) {
+			lbs[k] = true
 		}
 		name := s.Name + "-runner"
 		if p == nil {

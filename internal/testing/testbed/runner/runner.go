@@ -38,7 +38,8 @@
 // through their Service, as written by their owners, with the caBundle
 // that cert-manager's CA injection (or its stand-in) fills. A process that
 // dials Services by name (Kamaji: https://<tcp>.<namespace>.svc:<port>)
-// gets an /etc/hosts of its own naming them (names.go).
+// gets an /etc/hosts of its own naming them (names.go). With
+// ServeLoadBalancers it stands in for k3s's ServiceLB too (servicelb.go).
 //
 // When a Deployment changes, its process is restarted with the new spec;
 // when it goes away (or scales to 0), the process is stopped. A process
@@ -114,6 +115,10 @@ type Runner struct {
 	reach map[int]bool
 	// images are the images run from binaries: Images, and those Run adds.
 	images []Image
+	// lbAddr is the node address of the ServiceLB stand-in, "" when off
+	// (ServeLoadBalancers); lbs its forwards, by Service and port.
+	lbAddr string
+	lbs    map[string]*lbForward
 }
 
 // PodHandler stands in for the container of a Pod (a Job's, such as a
@@ -290,6 +295,7 @@ func (r *Runner) Stop() {
 	}
 	r.portLocks = nil
 	r.mu.Unlock()
+	r.dropForwards(nil)
 	if r.t.Failed() && len(procs) > 0 {
 		// The test's temporary folder goes when the test ends; the logs
 		// of a failed test are kept outside it.
