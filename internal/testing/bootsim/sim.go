@@ -84,6 +84,11 @@ type Sim struct {
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup
 
+	// hosted finds the control planes the sim does not boot
+	// (WithHostedControlPlanes); hostedMu makes one workload of each.
+	hosted   func(ctx context.Context, endpoint string) ([]byte, bool, error)
+	hostedMu sync.Mutex
+
 	mu       sync.Mutex
 	clusters map[string]*workload // by control-plane endpoint host:port
 	machines map[int]*machine     // by VMID
@@ -405,15 +410,21 @@ func (s *Sim) initCluster(vmid int, b *Bootstrap, ip net.IP) (*workload, error) 
 		cp.stop()
 		return nil, err
 	}
+	s.serve(b.APIServerEndpoint, w)
+	return w, nil
+}
+
+// serve makes w the cluster whose control plane answers at endpoint,
+// with the Cilium stand-in acting on its Nodes.
+func (s *Sim) serve(endpoint string, w *workload) {
 	s.mu.Lock()
-	s.clusters[b.APIServerEndpoint] = w
+	s.clusters[endpoint] = w
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		s.ciliumLoop(w)
 	}()
-	return w, nil
 }
 
 // uploadKubeadmState writes what kubeadm init's later phases leave in
@@ -561,9 +572,16 @@ func (s *Sim) discover(b *Bootstrap) (*workload, error) {
 		w := s.clusters[b.APIServerEndpoint]
 		s.mu.Unlock()
 		if w == nil {
+			w, last = s.hostedCluster(b.APIServerEndpoint)
+		}
+		switch {
+		case last != nil:
+		case w == nil:
 			last = fmt.Errorf("nothing serves discovery.bootstrapToken.apiServerEndpoint %s", b.APIServerEndpoint)
-		} else if last = checkToken(s.ctx, w, b); last == nil {
-			return w, nil
+		default:
+			if last = checkToken(s.ctx, w, b); last == nil {
+				return w, nil
+			}
 		}
 		if time.Now().After(deadline) {
 			return nil, last
@@ -576,9 +594,16 @@ func (s *Sim) discover(b *Bootstrap) (*workload, error) {
 	}
 }
 
+// checkToken is the join's discovery (tokenDiscovery) and then what the
+// kubelet's TLS bootstrap needs of the token: a live bootstrap token of
+// the cluster, read with the cluster's admin client.
 func checkToken(ctx context.Context, w *workload, b *Bootstrap) error {
+	ca, err := tokenDiscovery(ctx, b)
+	if err != nil {
+		return err
+	}
 	if len(b.CACertHashes) > 0 {
-		h, err := caCertHash(w.cp.caPEM)
+		h, err := caCertHash(ca)
 		if err != nil {
 			return err
 		}
@@ -590,10 +615,7 @@ func checkToken(ctx context.Context, w *workload, b *Bootstrap) error {
 			return fmt.Errorf("the cluster CA at %s is %s, none of caCertHashes %v", b.APIServerEndpoint, h, b.CACertHashes)
 		}
 	}
-	id, secret, ok := strings.Cut(b.Token, ".")
-	if !ok {
-		return fmt.Errorf("discovery.bootstrapToken.token is not <id>.<secret>")
-	}
+	id, secret, _ := strings.Cut(b.Token, ".")
 	sec, err := w.cs.CoreV1().Secrets(metav1.NamespaceSystem).Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("bootstrap token %s: %w", id, err)
@@ -661,7 +683,8 @@ const kubeletPort = 10250
 // PortForward of the etcd mirror Pod's port 2379 to the etcd the sim
 // runs: the API server's pods/portforward reaches it there, which is how
 // KubeadmControlPlane talks to etcd (controlplane/kubeadm/internal/
-// etcd_client_generator.go, v1.12.10).
+// etcd_client_generator.go, v1.12.10). For a hosted control plane
+// (cpNode "") there is neither: kwok only keeps the workers.
 func (s *Sim) startKwok(ctx context.Context, w *workload, cpNode string) error {
 	root, err := testbed.ModuleRoot()
 	if err != nil {
@@ -680,8 +703,10 @@ func (s *Sim) startKwok(ctx context.Context, w *workload, cpNode string) error {
 		}
 		stages = append(stages, strings.TrimSpace(string(data)))
 	}
-	ip := w.cp.nodeIP.String()
-	stages = append(stages, fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
+	args := []string{"--manage-nodes-with-annotation-selector=" + KwokAnnotation + "=fake"}
+	if cpNode != "" {
+		ip := w.cp.nodeIP.String()
+		stages = append(stages, fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
 kind: PortForward
 metadata:
   name: etcd-%s
@@ -692,30 +717,25 @@ spec:
     target:
       port: 2379
       address: %s`, cpNode, ip))
+		// The kubelet's serving certificate (the kubelet makes a
+		// self-signed one; the API server does not check it without
+		// --kubelet-certificate-authority, as kubeadm leaves it).
+		serving, err := w.cp.ca.Serving([]string{cpNode}, []net.IP{w.cp.nodeIP})
+		if err != nil {
+			return err
+		}
+		base := filepath.Join(w.cp.dir, "pki", "kubelet")
+		if err := writePair(base, serving); err != nil {
+			return err
+		}
+		args = append(args, "--node-ip="+ip, fmt.Sprintf("--server-address=%s:%d", ip, kubeletPort),
+			"--tls-cert-file="+base+".crt", "--tls-private-key-file="+base+".key")
+	}
 	cfg := filepath.Join(w.cp.dir, "kwok.yaml")
 	if err := os.WriteFile(cfg, []byte(strings.Join(stages, "\n---\n")+"\n"), 0o600); err != nil {
 		return err
 	}
-	// The kubelet's serving certificate (the kubelet makes a self-signed
-	// one; the API server does not check it without
-	// --kubelet-certificate-authority, as kubeadm leaves it).
-	serving, err := w.cp.ca.Serving([]string{cpNode}, []net.IP{w.cp.nodeIP})
-	if err != nil {
-		return err
-	}
-	base := filepath.Join(w.cp.dir, "pki", "kubelet")
-	if err := writePair(base, serving); err != nil {
-		return err
-	}
-	p, err := startProc(s.assets, w.cp.dir, "kwok",
-		"--kubeconfig="+w.cp.kubeconfig,
-		"--config="+cfg,
-		"--manage-nodes-with-annotation-selector="+KwokAnnotation+"=fake",
-		"--node-ip="+ip,
-		fmt.Sprintf("--server-address=%s:%d", ip, kubeletPort),
-		"--tls-cert-file="+base+".crt",
-		"--tls-private-key-file="+base+".key",
-	)
+	p, err := startProc(s.assets, w.cp.dir, "kwok", append([]string{"--kubeconfig=" + w.cp.kubeconfig, "--config=" + cfg}, args...)...)
 	if err != nil {
 		return err
 	}
