@@ -158,6 +158,7 @@ type createRun struct {
 	r      *clusterapi.Rendered
 	cilium *Cilium
 	path   string // where the workload kubeconfig is written
+	tenant bool   // a Kamaji control plane
 
 	kubeconfig step.Found[[]byte] // CAPI's, once it exists
 }
@@ -179,7 +180,7 @@ func newCreateRun(o Options) (*createRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &createRun{o: o, r: r, cilium: cilium, path: path}, nil
+	return &createRun{o: o, r: r, cilium: cilium, path: path, tenant: cl.Kamaji()}, nil
 }
 
 // workloadKubeconfig is the admin kubeconfig CAPI keeps in the
@@ -268,30 +269,54 @@ func (c *createRun) steps() []step.Step {
 				return files.WritePrivate(c.path, kc)
 			},
 		},
-		{
-			Name: "install Cilium " + c.cilium.Release.Chart.Version,
-			Plan: func(ctx context.Context) ([]string, error) {
-				kc, found, err := c.workloadKubeconfig(ctx)
-				if err != nil {
-					return nil, err
-				}
-				if !found {
-					return []string{"install " + c.cilium.String() + " once the kubeconfig exists"}, nil
-				}
-				p, err := c.cilium.Plan(ctx, kc)
-				if err != nil || p == "" {
-					return nil, err
-				}
-				return []string{p}, nil
-			},
+	}
+	if c.tenant {
+		steps = append(steps, step.Step{
+			Name: "wait for the tenant's admin rights",
 			Apply: func(ctx context.Context) error {
 				kc, err := c.requireKubeconfig(ctx)
 				if err != nil {
 					return err
 				}
-				return c.cilium.Install(ctx, kc, o.timeout())
+				return waitTenantAdmin(ctx, kc, o.timeout())
 			},
+		})
+	}
+	steps = append(steps, step.Step{
+		Name: "install Cilium " + c.cilium.Release.Chart.Version,
+		Plan: func(ctx context.Context) ([]string, error) {
+			kc, found, err := c.workloadKubeconfig(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if !found {
+				return []string{"install " + c.cilium.String() + " once the kubeconfig exists"}, nil
+			}
+			p, err := c.cilium.Plan(ctx, kc)
+			if err != nil || p == "" {
+				return nil, err
+			}
+			return []string{p}, nil
 		},
+		Apply: func(ctx context.Context) error {
+			kc, err := c.requireKubeconfig(ctx)
+			if err != nil {
+				return err
+			}
+			return c.cilium.Install(ctx, kc, o.timeout())
+		},
+	})
+	if c.tenant {
+		steps = append(steps, step.Step{
+			Name: "let the pools scale to zero with CoreDNS on them",
+			Apply: func(ctx context.Context) error {
+				kc, err := c.requireKubeconfig(ctx)
+				if err != nil {
+					return err
+				}
+				return tenantDNS(ctx, kc, o.timeout())
+			},
+		})
 	}
 	if len(r.Autoscaler) > 0 {
 		steps = append(steps, step.Step{

@@ -253,8 +253,15 @@ func (cr *classRenderer) proxmoxClass(h *config.Hypervisor) error {
 	infra := cr.object(ProxmoxClusterTemplateGVK, name, map[string]any{"template": map[string]any{"spec": map[string]any{
 		// The Kamaji provider writes the endpoint into the ProxmoxCluster.
 		"externalManagedControlPlane": true,
-		"dnsServers":                  stringsAny(n.DNS),
-		"schedulerHints":              map[string]any{"memoryAdjustment": int64(config.DefaultMemoryAdjustment)},
+		// CAPMOX's webhook refuses a template without an IP pool ("proxmox
+		// cluster must define at least one IP pool config"); the
+		// nodeIPRange patch replaces this one in every tenant. Should it
+		// ever not, the pool holds only the gateway, which the in-cluster
+		// IPAM never hands out: machines wait rather than take LAN
+		// addresses.
+		"ipv4Config":     map[string]any{"addresses": []any{n.Gateway}, "prefix": int64(pfx.Bits()), "gateway": n.Gateway},
+		"dnsServers":     stringsAny(n.DNS),
+		"schedulerHints": map[string]any{"memoryAdjustment": int64(config.DefaultMemoryAdjustment)},
 	}}})
 	if err := cr.add(infra); err != nil {
 		return err

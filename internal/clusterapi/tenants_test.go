@@ -124,6 +124,16 @@ func TestTenantIsOneCluster(t *testing.T) {
 	if v := clusterapi.CiliumValues(lab, mustCluster(t, lab, "tenant1")); v["k8sServiceHost"] != "192.168.4.21" || v["k8sServicePort"] != 6445 {
 		t.Errorf("Cilium reaches the tenant at %v:%v", v["k8sServiceHost"], v["k8sServicePort"])
 	}
+	// The operator runs on a worker of a tenant (there is no other
+	// node): it must neither keep the last worker nor raise the pool.
+	for cluster, want := range map[string]bool{"tenant1": true, "lab1": false} {
+		op, _ := clusterapi.CiliumValues(lab, mustCluster(t, lab, cluster))["operator"].(map[string]any)
+		ann, _ := op["podAnnotations"].(map[string]any)
+		got := ann["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true" && ann["cluster-autoscaler.kubernetes.io/pod-scale-up-delay"] != nil
+		if got != want {
+			t.Errorf("%s: Cilium operator.podAnnotations %v; want the autoscaler's scale-to-zero annotations: %v", cluster, ann, want)
+		}
+	}
 }
 
 func mustCluster(t *testing.T, lab *config.Lab, name string) *config.Cluster {
