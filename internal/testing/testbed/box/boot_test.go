@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -358,22 +361,50 @@ func bootBox(t testing.TB, shape labShape) *bootEnv {
 	}
 	// The guest agent of image-builder's template answers once the VM
 	// runs; the sim answers its cloud-init status.
-	fake, lab := pveLabEdited(t, ca, ca, shape.edits())
+	fake, lab := pveLabEdited(t, ca, ca, shape.edits(t))
 	if shape.secondNode {
 		// As big as pv1-1 and empty, so CAPMOX's scheduler, which
 		// prefers the node with the most reservable memory, picks it.
 		fake.AddNode(secondNode, 29860, 8, "vmbr0")
 	}
-	sim := bootsim.Start(t, fake)
+	e := &bootEnv{fake: fake, lab: lab}
+	sim := bootsim.Start(t, fake, bootsim.WithHostedControlPlanes(e.tenantKubeconfig))
+	e.sim = sim
 	img := lab.Images[0]
 	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
 	// With the tags labctl's mgmt up gives it (docs/day2.md), which mgmt
 	// down looks for.
 	fake.AddVM("pv1-1", lab.Management.VMID, lab.Management.Name, 8192, true, false, "labctl", "labctl-lab-"+lab.Metadata.Name)
 
-	e := &bootEnv{fake: fake, lab: lab, sim: sim}
-	e.startBox(t)
+	e.startBox(t, shape)
 	return e
+}
+
+// tenantKubeconfig is the admin kubeconfig of the tenant whose endpoint
+// is endpoint, for the sim to join its workers to: Kamaji runs the
+// tenant's control plane, and its provider writes the kubeconfig Secret.
+// Only tenants: a kubeadm cluster's control plane is the sim's own.
+func (e *bootEnv) tenantKubeconfig(ctx context.Context, endpoint string) ([]byte, bool, error) {
+	if e.kc == nil {
+		return nil, false, nil
+	}
+	cls, err := e.kc.List(ctx, clusterapi.ClusterGVK, "", "")
+	if err != nil {
+		return nil, false, err
+	}
+	for _, c := range cls {
+		host, _, _ := unstructured.NestedString(c.Object, "spec", "controlPlaneEndpoint", "host")
+		port, _, _ := unstructured.NestedInt64(c.Object, "spec", "controlPlaneEndpoint", "port")
+		if !clusterapi.IsTenant(&c) || net.JoinHostPort(host, strconv.FormatInt(port, 10)) != endpoint {
+			continue
+		}
+		kc, err := cluster.Kubeconfig(ctx, cluster.Options{Mgmt: e.kc, Name: c.GetName()})
+		if err != nil {
+			return nil, false, err
+		}
+		return kc, true, nil
+	}
+	return nil, false, nil
 }
 
 // startBox starts a management cluster for the lab: a box with the real
@@ -381,12 +412,17 @@ func bootBox(t testing.TB, shape labShape) *bootEnv {
 // fake PVE as labctl's stack aims it. A second call is a second,
 // separate management cluster (a new VM after 'mgmt up') on the same
 // hypervisors.
-func (e *bootEnv) startBox(t testing.TB) {
+func (e *bootEnv) startBox(t testing.TB, shape labShape) {
 	t.Helper()
 	env, args := capmoxProcess(t, e.lab, t.TempDir())
-	b := box.Start(t,
-		box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox"),
-		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...))
+	opts := []box.Option{box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox"),
+		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...)}
+	if shape.tenantPort != 0 {
+		// What labctl's stack gives the core provider in a lab with
+		// tenants (components: the ClusterTopology gate).
+		opts = append(opts, box.WithArgs("cluster-api", "--feature-gates=ClusterTopology=true"))
+	}
+	b := box.Start(t, opts...)
 	cl, err := client.New(b.Env.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -402,20 +438,66 @@ type labShape struct {
 	// nodes and to lab1's allowedNodes, as the owner will when pv1-2
 	// joins (LAB.md).
 	secondNode bool
+	// tenantPort, when set, adds examples/lab-tenants.yaml's tenant1 (a
+	// Kamaji control plane, its workers on pv1-1 from zero to five) with
+	// this port as its controlPlane.port, and runs the core provider with
+	// the ClusterTopology gate.
+	tenantPort int
 }
 
 const secondNode = "pv1-2"
 
 // edits are the shape's changes to the test lab's text.
-func (s labShape) edits() [][2]string {
-	if !s.secondNode {
-		return nil
-	}
-	return [][2]string{
-		{"        # pv1-2 is being added; list it here and in clusters[].allowedNodes.\n",
+func (s labShape) edits(t testing.TB) [][2]string {
+	var out [][2]string
+	if s.secondNode {
+		out = append(out, [2]string{"        # pv1-2 is being added; list it here and in clusters[].allowedNodes.\n",
 			"        - name: pv1-2\n          storage: local-lvm\n          imageStorage: local\n          bridge: vmbr0\n"},
-		{"    allowedNodes:\n      - pv1-1\n", "    allowedNodes:\n      - pv1-1\n      - pv1-2\n"},
+			[2]string{"    allowedNodes:\n      - pv1-1\n", "    allowedNodes:\n      - pv1-1\n      - pv1-2\n"})
 	}
+	if s.tenantPort != 0 {
+		out = append(out, [2]string{"scaleTest:\n", exampleTenant(t, "tenant1", s.tenantPort) + "scaleTest:\n"},
+			// The tenant ClusterClasses carry the owner's keys, which
+			// the stack reads when it renders.
+			[2]string{"  sshPublicKeyFile: ~/.ssh/id_ed25519.pub\n", "  sshPublicKeys: [\"" + sshKey + "\"]\n"})
+	}
+	return out
+}
+
+// exampleTenant is the cluster name's entry in examples/lab-tenants.yaml,
+// on loopback and with port as its controlPlane.port: the example is
+// what the box runs.
+func exampleTenant(t testing.TB, name string, port int) string {
+	t.Helper()
+	data, err := os.ReadFile("../../../../examples/lab-tenants.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	start := strings.Index(s, "  - name: "+name+"\n")
+	if start < 0 {
+		t.Fatalf("examples/lab-tenants.yaml has no cluster %s", name)
+	}
+	end := strings.Index(s[start+1:], "\n  - name: ")
+	if next := strings.Index(s[start+1:], "\nscaleTest:"); end < 0 || next >= 0 && next < end {
+		end = next
+	}
+	block := s[start : start+1+end+1]
+	// The comment above the next cluster belongs to it.
+	if i := strings.LastIndex(strings.TrimRight(block, "\n"), "\n  # "); i >= 0 {
+		block = block[:i+1]
+	}
+	lines := strings.Split(block, "\n")
+	found := false
+	for i, l := range lines {
+		if k, _, ok := strings.Cut(l, "port:"); ok && strings.TrimSpace(k) == "" {
+			lines[i], found = k+"port: "+strconv.Itoa(port), true
+		}
+	}
+	if !found {
+		t.Fatalf("examples/lab-tenants.yaml's %s has no controlPlane.port", name)
+	}
+	return strings.ReplaceAll(strings.Join(lines, "\n"), "192.168.4.", "127.77.0.")
 }
 
 // labctl cluster create lab1, labctl's own use case, on the box: with the
@@ -474,25 +556,7 @@ func lab1Lifecycle(t testing.TB, shape labShape) *scaletest.Report {
 	dir := t.TempDir()
 	opts := cluster.Options{IO: io, Lab: lab, Name: "lab1", Mgmt: e.kc,
 		KubeconfigDir: dir, Timeout: 6 * time.Minute}
-	done := make(chan error, 1)
-	go func() { done <- cluster.Create(ctx, opts) }()
-	var createErr error
-	for waiting := true; waiting; {
-		select {
-		case createErr = <-done:
-			waiting = false
-		case <-time.After(time.Second):
-			for name, p := range e.box.Procs {
-				if exited, err := p.Exited(); exited {
-					t.Fatalf("%s exited: %v", name, err)
-				}
-			}
-		}
-	}
-	if createErr != nil {
-		t.Fatalf("labctl cluster create lab1: %v\n%s\nVM boot failures: %v", createErr, errb.String(), e.sim.Failures())
-	}
-	t.Logf("cluster create's output:\n%s", errb.String())
+	createCluster(ctx, t, e, opts, errb)
 
 	path := filepath.Join(dir, "lab1.kubeconfig")
 	fi, err := os.Stat(path)
@@ -521,7 +585,7 @@ func lab1Lifecycle(t testing.TB, shape labShape) *scaletest.Report {
 	if err != nil || len(rel.Items) != 1 {
 		t.Errorf("Cilium's Helm release in the workload cluster: %v, %v", rel, err)
 	}
-	as := autoscalerRunsAsRendered(ctx, t, e, wcs)
+	as := autoscalerRunsAsRendered(ctx, t, e, "lab1", wcs)
 	describeShowsRealConditions(ctx, t, e, opts, lab1)
 	if shape.secondNode {
 		vmsOnTemplateNode(t, e, "after create")
@@ -529,8 +593,60 @@ func lab1Lifecycle(t testing.TB, shape labShape) *scaletest.Report {
 
 	// labctl scale-test lab1 --scenario all, against that autoscaler.
 	lab.ScaleTest.Timeouts.ScaleUp, lab.ScaleTest.Timeouts.ScaleDown, lab.ScaleTest.Timeouts.FromZero = "5m", "5m", "5m"
-	rep := scaleTestAll(ctx, t, e, lab, as)
-	for _, name := range []string{scaletest.PhaseUp, scaletest.PhaseDown, scaletest.PhaseFromZero} {
+	rep := scaleTestAll(ctx, t, e, lab, "lab1", as)
+	scaleTestPassed(t, rep)
+
+	// A second pool, on a KVM host, raised from zero by the same autoscaler.
+	if !shape.secondNode {
+		kvmPoolFromZero(ctx, t, e, opts, wcs, as)
+	}
+
+	// labctl cluster delete lab1 --yes leaves nothing of lab1 behind.
+	errb.Reset()
+	if err := cluster.Delete(ctx, cluster.DeleteOptions{Options: opts, Yes: true}); err != nil {
+		t.Fatalf("labctl cluster delete lab1 --yes: %v\n%s", err, errb.String())
+	}
+	nothingLeft(ctx, t, e, lab, "lab1")
+	if shape.secondNode {
+		noCloneFailed(t, e)
+	}
+	return rep
+}
+
+// createCluster runs labctl cluster create as the command does, failing
+// the test at once when a box process exits meanwhile; errb is the
+// command's stderr (opts.IO's).
+func createCluster(ctx context.Context, t testing.TB, e *bootEnv, opts cluster.Options, errb fmt.Stringer) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cluster.Create(ctx, opts) }()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("labctl cluster create %s: %v\n%s\nVM boot failures: %v", opts.Name, err, errb, e.sim.Failures())
+			}
+			t.Logf("cluster create's output:\n%s", errb)
+			return
+		case <-time.After(time.Second):
+			for name, p := range e.box.Procs {
+				if exited, err := p.Exited(); exited {
+					t.Fatalf("%s exited: %v", name, err)
+				}
+			}
+		}
+	}
+}
+
+// scaleTestPassed checks that scale-test's report has each phase named
+// (by default those of --scenario all), passed with every milestone
+// reached.
+func scaleTestPassed(t testing.TB, rep *scaletest.Report, phases ...string) {
+	t.Helper()
+	if len(phases) == 0 {
+		phases = []string{scaletest.PhaseUp, scaletest.PhaseDown, scaletest.PhaseFromZero}
+	}
+	for _, name := range phases {
 		i := slices.IndexFunc(rep.Phases, func(p scaletest.PhaseReport) bool { return p.Name == name })
 		if i < 0 {
 			t.Errorf("scale-test's report has no phase %q", name)
@@ -546,22 +662,6 @@ func lab1Lifecycle(t testing.TB, shape labShape) *scaletest.Report {
 			t.Errorf("%s failed: %s", name, p.Stopped)
 		}
 	}
-
-	// A second pool, on a KVM host, raised from zero by the same autoscaler.
-	if !shape.secondNode {
-		kvmPoolFromZero(ctx, t, e, opts, wcs, as)
-	}
-
-	// labctl cluster delete lab1 --yes leaves nothing of lab1 behind.
-	errb.Reset()
-	if err := cluster.Delete(ctx, cluster.DeleteOptions{Options: opts, Yes: true}); err != nil {
-		t.Fatalf("labctl cluster delete lab1 --yes: %v\n%s", err, errb.String())
-	}
-	nothingLeft(ctx, t, e, lab)
-	if shape.secondNode {
-		noCloneFailed(t, e)
-	}
-	return rep
 }
 
 // vmsOnTemplateNode checks that every VM of lab1 in the fake PVE is on
@@ -602,14 +702,20 @@ func noCloneFailed(t testing.TB, e *bootEnv) {
 	}
 }
 
-// scaleTestAll runs labctl scale-test lab1 --scenario all -o json as the
+// scaleTestAll runs labctl scale-test NAME --scenario all -o json as the
 // command does (the workload cluster reached with Cluster API's
 // kubeconfig Secret) and returns the report it printed.
-func scaleTestAll(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab, as *runner.Proc) *scaletest.Report {
+func scaleTestAll(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab, name string, as *runner.Proc) *scaletest.Report {
+	t.Helper()
+	return scaleTest(ctx, t, e, lab, name, "all", as)
+}
+
+// scaleTest runs labctl scale-test NAME --scenario SCENARIO -o json.
+func scaleTest(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab, name, scenario string, as *runner.Proc) *scaletest.Report {
 	t.Helper()
 	io, _, out, errb := ui.Test()
 	err := scaletest.Command(ctx, scaletest.CommandOptions{
-		IO: io, Lab: lab, Cluster: "lab1", Scenario: "all", Output: "json",
+		IO: io, Lab: lab, Cluster: name, Scenario: scenario, Output: "json",
 		Mgmt: func(context.Context) (*kube.Client, error) { return e.kc, nil },
 		Workload: func(ctx context.Context, name string) (*rest.Config, error) {
 			kc, err := cluster.Kubeconfig(ctx, cluster.Options{Mgmt: e.kc, Name: name})
@@ -632,20 +738,23 @@ func scaleTestAll(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab
 		t.Logf("%s: pass %v in %.1fs: %s", p.Name, p.Pass, p.TotalSeconds, strings.Join(line, ", "))
 	}
 	if err != nil {
-		t.Fatalf("labctl scale-test lab1 --scenario all: %v\nautoscaler log:\n%s\nVM boot failures: %v", err, runner.Tail(as.Log, 60), e.sim.Failures())
+		t.Fatalf("labctl scale-test %s --scenario %s: %v\nautoscaler log:\n%s\nVM boot failures: %v", name, scenario, err, runner.Tail(as.Log, 60), e.sim.Failures())
 	}
 	return &rep
 }
 
-// nothingLeft checks what cluster delete must leave: no Machines, no VM
-// of lab1 in the fake PVE (only the management VM and the template), no
-// IPAddresses, no Secrets in lab1's namespace, and no autoscaler process.
-func nothingLeft(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab) {
+// nothingLeft checks what cluster delete of name must leave: no
+// Machines, no VM but the management VM and the template in the fake
+// PVE, no IPAddresses, no Secrets in the cluster's namespace, and no
+// autoscaler process.
+func nothingLeft(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab, name string) {
 	t.Helper()
 	list := func(group, version, kind string) []string {
 		l := &unstructured.UnstructuredList{}
 		l.SetGroupVersionKind(schema.GroupVersionKind{Group: group, Version: version, Kind: kind + "List"})
-		if err := e.cl.List(ctx, l); err != nil {
+		if err := e.cl.List(ctx, l); meta.IsNoMatchError(err) {
+			return nil // a kind this box does not serve (no libvirt provider)
+		} else if err != nil {
 			t.Fatalf("listing %s: %v", kind, err)
 		}
 		var names []string
@@ -674,13 +783,14 @@ func nothingLeft(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab)
 		}
 	}
 	var secrets corev1.SecretList
-	if err := e.cl.List(ctx, &secrets, client.InNamespace("lab1")); err != nil {
+	ns := clusterapi.Namespace(name)
+	if err := e.cl.List(ctx, &secrets, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range secrets.Items {
-		t.Errorf("Secret lab1/%s (type %s) left after delete", s.Name, s.Type)
+		t.Errorf("Secret %s/%s (type %s) left after delete", ns, s.Name, s.Type)
 	}
-	if p := e.box.Runner.Proc("lab1", clusterapi.AutoscalerName); p != nil && p.Running() {
+	if p := e.box.Runner.Proc(ns, clusterapi.AutoscalerName); p != nil && p.Running() {
 		t.Errorf("the autoscaler still runs after delete")
 	}
 }
@@ -696,11 +806,11 @@ func nothingLeft(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab)
 // kubeconfig, as there is no in-cluster config here (runner.Image's
 // InClusterFlag). The autoscaler is working,
 // not only started, once it holds its lease and writes its status
-// ConfigMap in the workload cluster's kube-system, naming lab1's worker
+// ConfigMap in the workload cluster's kube-system, naming the cluster's worker
 // pool, which it finds in the management cluster.
-func autoscalerRunsAsRendered(ctx context.Context, t testing.TB, e *bootEnv, wcs kubernetes.Interface) *runner.Proc {
+func autoscalerRunsAsRendered(ctx context.Context, t testing.TB, e *bootEnv, name string, wcs kubernetes.Interface) *runner.Proc {
 	t.Helper()
-	const ns = "lab1"
+	ns := clusterapi.Namespace(name)
 	var dep appsv1.Deployment
 	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: clusterapi.AutoscalerName}, &dep); err != nil {
 		t.Fatalf("the autoscaler Deployment: %v", err)
@@ -724,7 +834,7 @@ func autoscalerRunsAsRendered(ctx context.Context, t testing.TB, e *bootEnv, wcs
 	}
 	want := append(append([]string{}, c.Command[1:]...), c.Args...)
 	var sec corev1.Secret
-	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: clusterapi.KubeconfigSecret("lab1")}, &sec); err != nil {
+	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: clusterapi.KubeconfigSecret(name)}, &sec); err != nil {
 		t.Fatal(err)
 	}
 	got := slices.Clone(p.Args)
@@ -751,12 +861,13 @@ func autoscalerRunsAsRendered(ctx context.Context, t testing.TB, e *bootEnv, wcs
 		}
 		t.Errorf("the autoscaler's argument %d is %q, the Deployment's is %q", i, got[i], want[i])
 	}
-	waitUntil(ctx, t, 2*time.Minute, "the autoscaler's status ConfigMap naming lab1-workers", alive, func() (bool, string) {
+	pool := clusterapi.PoolMachineDeploymentName(name, config.DefaultPool)
+	waitUntil(ctx, t, 2*time.Minute, "the autoscaler's status ConfigMap naming "+pool, alive, func() (bool, string) {
 		cm, err := wcs.CoreV1().ConfigMaps("kube-system").Get(ctx, "cluster-autoscaler-status", metav1.GetOptions{})
 		if err != nil {
 			return false, fmt.Sprintf("%v; autoscaler log:\n%s", err, runner.Tail(p.Log, 20))
 		}
-		return strings.Contains(cm.Data["status"], "lab1-workers"), cm.Data["status"]
+		return strings.Contains(cm.Data["status"], pool), cm.Data["status"]
 	})
 	if !p.Running() {
 		t.Fatalf("the autoscaler exited:\n%s", runner.Tail(p.Log, 30))

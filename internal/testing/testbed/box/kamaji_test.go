@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/labctl/labctl/embedded"
 	labcluster "github.com/labctl/labctl/internal/cluster"
@@ -59,64 +60,18 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	root, err := testbed.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 
-	installCertManager(ctx, t, b)
-	for _, name := range []string{"cluster-api", "kamaji-provider"} {
-		rel, err := upstream.ReleaseOf(ctx, root, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The provider with the clusterctl variables mgmt install puts in
-		// its configSecret for a lab with KVM tenants (the operator
-		// substitutes them from there), so that it patches LibvirtClusters.
-		var vars map[string]string
-		if name == "kamaji-provider" {
-			vars = components.KamajiLibvirtVariables
-		}
-		data, err := rel.Substitute(vars)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := kube.ParseObjects(name+" components", data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := kc.Apply(ctx, objs, kube.ApplyOptions{}); err != nil {
-			t.Fatalf("applying %s's components: %v", name, err)
-		}
-	}
-	// Kamaji's chart as a lab installs it: no kamaji-etcd (the DataStore
-	// below), no telemetry.
-	chart := box.KamajiChart(t, "kamaji-system", map[string]any{
-		"telemetry": map[string]any{"disabled": true}, "kamaji-etcd": map[string]any{"deploy": false}, "defaultDatastoreName": "",
-	})
-	if _, err := kc.Apply(ctx, chart, kube.ApplyOptions{}); err != nil {
-		t.Fatalf("applying Kamaji's chart: %v", err)
-	}
-	for ns, names := range map[string][]string{"capi-system": {"capi-controller-manager"}, "kamaji-system": {"capi-kamaji-controller-manager", "kamaji"}} {
-		if err := kc.WaitFor(ctx, kube.DeploymentGVK, ns, names, kube.DeploymentAvailable(), 4*time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	etcd := b.StartEtcd(t)
-	// Kamaji runs in a network namespace of its own (runner.Image.OwnNetwork).
-	_, etcdPort, _ := strings.Cut(etcd.Endpoint, ":")
-	if n, err := strconv.Atoi(etcdPort); err == nil {
-		b.Runner.Reach(n)
-	}
+	// The provider with the clusterctl variables mgmt install puts in its
+	// configSecret for a lab with KVM tenants (the operator substitutes
+	// them from there), so that it patches LibvirtClusters.
+	etcd := kamajiStack(ctx, t, b, kc, kamajiSetup{releases: []string{"cluster-api", "kamaji-provider"},
+		vars: components.KamajiLibvirtVariables, dataStore: "labctl"})
 	port := freePort(t)
 	// In the namespace labctl gives a cluster, so 'labctl cluster
 	// delete' finds it.
 	const name = "t1"
 	ns := clusterapi.Namespace(name)
-	objs := parse(t, fmt.Sprintf(kamajiObjects, etcd.Endpoint, ns, name,
-		indent(string(etcd.CACert)), indent(string(etcd.CAKey)), indent(string(etcd.Client.Cert)), indent(string(etcd.Client.Key)))+
-		"---\n"+tenantYAML(ns, name, port, schema.GroupKind{Group: "infrastructure.cluster.x-k8s.io", Kind: "ProxmoxCluster"}))
+	objs := parse(t, fmt.Sprintf(proxmoxTenant, ns, name)+"---\n"+tenantYAML(ns, name, port, schema.GroupKind{Group: "infrastructure.cluster.x-k8s.io", Kind: "ProxmoxCluster"}))
 	start := time.Now()
 	if _, err := kc.Apply(ctx, objs, kube.ApplyOptions{}); err != nil {
 		t.Fatalf("applying the DataStore and the tenant: %v", err)
@@ -166,28 +121,7 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 	})
 	t.Logf("tenant %s/%s: created to cluster-info served in %s", ns, name, time.Since(start).Round(time.Second))
 
-	// What kubeadm's phases leave in the tenant (Kamaji's KubeadmPhase
-	// resources at e51909f: upload-config, bootstrap-token).
-	kcfg, err := tenant.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubeadm-config", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("tenant: kubeadm-config: %v", err)
-	}
-	if cc := kcfg.Data["ClusterConfiguration"]; !strings.Contains(cc, "kubernetesVersion: v1.35.4") {
-		t.Errorf("tenant kubeadm-config ClusterConfiguration lacks kubernetesVersion v1.35.4:\n%s", cc)
-	}
-	for _, crb := range []string{"kubeadm:kubelet-bootstrap", "kubeadm:node-autoapprove-bootstrap", "kubeadm:node-autoapprove-certificate-rotation", "kubeadm:get-nodes"} {
-		if _, err := tenant.RbacV1().ClusterRoleBindings().Get(ctx, crb, metav1.GetOptions{}); err != nil {
-			t.Errorf("tenant: ClusterRoleBinding %s (kubeadm's bootstrap-token phase): %v", crb, err)
-		}
-	}
-	if _, err := tenant.RbacV1().Roles("kube-public").Get(ctx, "kubeadm:bootstrap-signer-clusterinfo", metav1.GetOptions{}); err != nil {
-		t.Errorf("tenant: Role kube-public/kubeadm:bootstrap-signer-clusterinfo: %v", err)
-	}
-	// The admin kubeconfig is the tenant's cluster admin (in one run here
-	// it was Forbidden when the phases had failed).
-	if _, err := tenant.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); err != nil {
-		t.Errorf("tenant: the provider's kubeconfig cannot list Secrets in kube-system: %v", err)
-	}
+	tenantHasKubeadmState(ctx, t, tenant)
 
 	// The tenant's control plane: three processes of the runner.
 	tcpProc := b.Runner.Proc(ns, name)
@@ -318,50 +252,173 @@ spec:
 `, ns, name, port, infra.Group, infra.Kind)
 }
 
-// kamajiObjects: the DataStore on the test's etcd (its CA and the root
-// client certificate in a Secret), and one tenant's namespace and
-// ProxmoxCluster, whose control plane is managed elsewhere (tenantYAML
-// adds its KamajiControlPlane and Cluster). Formatted with the etcd
-// endpoint, namespace, name and the four PEMs.
-const kamajiObjects = `apiVersion: kamaji.clastix.io/v1alpha1
-kind: DataStore
-metadata:
-  name: labctl
-spec:
-  driver: etcd
-  endpoints: [%[1]s]
-  tlsConfig:
-    certificateAuthority:
-      certificate: {secretReference: {name: datastore-certs, namespace: kamaji-system, keyPath: ca.crt}}
-      privateKey: {secretReference: {name: datastore-certs, namespace: kamaji-system, keyPath: ca.key}}
-    clientCertificate:
-      certificate: {secretReference: {name: datastore-certs, namespace: kamaji-system, keyPath: tls.crt}}
-      privateKey: {secretReference: {name: datastore-certs, namespace: kamaji-system, keyPath: tls.key}}
----
-apiVersion: v1
-kind: Secret
-metadata: {name: datastore-certs, namespace: kamaji-system}
-stringData:
-  ca.crt: |
-%[4]s
-  ca.key: |
-%[5]s
-  tls.crt: |
-%[6]s
-  tls.key: |
-%[7]s
----
-apiVersion: v1
+// tenantHasKubeadmState checks what kubeadm's phases leave in a tenant
+// (Kamaji's KubeadmPhase resources at e51909f: upload-config,
+// bootstrap-token), through the admin kubeconfig the provider writes:
+// Kamaji reports the TenantControlPlane Ready from its Deployment alone,
+// even when they failed.
+func tenantHasKubeadmState(ctx context.Context, t testing.TB, tenant kubernetes.Interface) {
+	t.Helper()
+	kcfg, err := tenant.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubeadm-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("tenant: kubeadm-config: %v", err)
+	}
+	if cc := kcfg.Data["ClusterConfiguration"]; !strings.Contains(cc, "kubernetesVersion: v1.35.4") {
+		t.Errorf("tenant kubeadm-config ClusterConfiguration lacks kubernetesVersion v1.35.4:\n%s", cc)
+	}
+	for _, crb := range []string{"kubeadm:kubelet-bootstrap", "kubeadm:node-autoapprove-bootstrap", "kubeadm:node-autoapprove-certificate-rotation", "kubeadm:get-nodes"} {
+		if _, err := tenant.RbacV1().ClusterRoleBindings().Get(ctx, crb, metav1.GetOptions{}); err != nil {
+			t.Errorf("tenant: ClusterRoleBinding %s (kubeadm's bootstrap-token phase): %v", crb, err)
+		}
+	}
+	if _, err := tenant.RbacV1().Roles("kube-public").Get(ctx, "kubeadm:bootstrap-signer-clusterinfo", metav1.GetOptions{}); err != nil {
+		t.Errorf("tenant: Role kube-public/kubeadm:bootstrap-signer-clusterinfo: %v", err)
+	}
+	// The admin kubeconfig is the tenant's cluster admin (in one run here
+	// it was Forbidden when the phases had failed).
+	if _, err := tenant.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("tenant: the provider's kubeconfig cannot list Secrets in kube-system: %v", err)
+	}
+}
+
+// proxmoxTenant is a tenant's namespace and its ProxmoxCluster, whose
+// control plane is managed elsewhere (tenantYAML adds its
+// KamajiControlPlane and Cluster). Formatted with the namespace and name.
+const proxmoxTenant = `apiVersion: v1
 kind: Namespace
-metadata: {name: %[2]s}
+metadata: {name: %[1]s}
 ---
 apiVersion: infrastructure.cluster.x-k8s.io/v1alpha2
 kind: ProxmoxCluster
-metadata: {name: %[3]s, namespace: %[2]s}
+metadata: {name: %[2]s, namespace: %[1]s}
 spec:
   externalManagedControlPlane: true
   ipv4Config: {addresses: [127.77.1.10-127.77.1.20], prefix: 24, gateway: 127.77.1.1}
   dnsServers: [127.77.1.1]
+`
+
+// kamajiSetup is what kamajiStack installs besides Kamaji.
+type kamajiSetup struct {
+	// releases are the upstream releases applied as they are (the
+	// runner runs their Deployments): "kamaji-provider", and
+	// "cluster-api" when the box runs no core provider of its own.
+	releases []string
+	// vars are the clusterctl variables substituted into the Kamaji
+	// provider's release.
+	vars map[string]string
+	// dataStore is the DataStore made on the test's etcd; "default" is
+	// the one the kamaji-etcd chart makes in a lab, which Kamaji gives
+	// every TenantControlPlane that names none (labctl's values).
+	dataStore string
+}
+
+// kamajiStack installs Kamaji as 'mgmt install' does, but for its
+// datastore: cert-manager (the real chart: Kamaji's webhook certificate
+// is cert-manager's), the releases, Kamaji's own chart with labctl's
+// values, and in place of the kamaji-etcd chart (a StatefulSet, which
+// the runner does not run) a TLS etcd of the test bed with a DataStore
+// on it, its CA key PKCS #1 as Kamaji e51909f needs. Kamaji runs in a
+// network namespace of its own (runner.Image.OwnNetwork) that reaches
+// the etcd's port.
+func kamajiStack(ctx context.Context, t *testing.T, b *box.Box, kc *kube.Client, s kamajiSetup) *box.Etcd {
+	t.Helper()
+	root, err := testbed.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	installCertManager(ctx, t, b)
+	deps := map[string][]string{"kamaji-system": {"capi-kamaji-controller-manager", "kamaji"}}
+	for _, name := range s.releases {
+		rel, err := upstream.ReleaseOf(ctx, root, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var vars map[string]string
+		if name == "kamaji-provider" {
+			vars = s.vars
+		}
+		data, err := rel.Substitute(vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := kube.ParseObjects(name+" components", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kc.Apply(ctx, objs, kube.ApplyOptions{}); err != nil {
+			t.Fatalf("applying %s's components: %v", name, err)
+		}
+		if name == "cluster-api" {
+			deps["capi-system"] = []string{"capi-controller-manager"}
+		}
+	}
+	// labctl's values (embedded/manifests/mgmt/kamaji-values.yaml) but
+	// the image, which is the test bed's; no kamaji-etcd.
+	values := map[string]any{}
+	raw, err := embedded.FS.ReadFile("manifests/mgmt/kamaji-values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	delete(values, "image")
+	values["kamaji-etcd"] = map[string]any{"deploy": false}
+	values["defaultDatastoreName"] = ""
+	if s.dataStore == components.KamajiDataStore {
+		values["defaultDatastoreName"] = s.dataStore
+	}
+	if _, err := kc.Apply(ctx, box.KamajiChart(t, components.KamajiNamespace, values), kube.ApplyOptions{}); err != nil {
+		t.Fatalf("applying Kamaji's chart: %v", err)
+	}
+	for ns, names := range deps {
+		if err := kc.WaitFor(ctx, kube.DeploymentGVK, ns, names, kube.DeploymentAvailable(), 4*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	etcd := b.StartEtcd(t)
+	_, etcdPort, _ := strings.Cut(etcd.Endpoint, ":")
+	if n, err := strconv.Atoi(etcdPort); err == nil {
+		b.Runner.Reach(n)
+	}
+	objs := parse(t, fmt.Sprintf(dataStoreYAML, s.dataStore, etcd.Endpoint,
+		indent(string(etcd.CACert)), indent(string(etcd.CAKey)), indent(string(etcd.Client.Cert)), indent(string(etcd.Client.Key))))
+	if _, err := kc.Apply(ctx, objs, kube.ApplyOptions{}); err != nil {
+		t.Fatalf("applying the DataStore %s: %v", s.dataStore, err)
+	}
+	return etcd
+}
+
+// dataStoreYAML is a DataStore on the test's etcd, its CA and the root
+// client certificate in a Secret. Formatted with its name, the etcd
+// endpoint and the four PEMs.
+const dataStoreYAML = `apiVersion: kamaji.clastix.io/v1alpha1
+kind: DataStore
+metadata:
+  name: %[1]s
+spec:
+  driver: etcd
+  endpoints: [%[2]s]
+  tlsConfig:
+    certificateAuthority:
+      certificate: {secretReference: {name: %[1]s-datastore-certs, namespace: kamaji-system, keyPath: ca.crt}}
+      privateKey: {secretReference: {name: %[1]s-datastore-certs, namespace: kamaji-system, keyPath: ca.key}}
+    clientCertificate:
+      certificate: {secretReference: {name: %[1]s-datastore-certs, namespace: kamaji-system, keyPath: tls.crt}}
+      privateKey: {secretReference: {name: %[1]s-datastore-certs, namespace: kamaji-system, keyPath: tls.key}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: %[1]s-datastore-certs, namespace: kamaji-system}
+stringData:
+  ca.crt: |
+%[3]s
+  ca.key: |
+%[4]s
+  tls.crt: |
+%[5]s
+  tls.key: |
+%[6]s
 `
 
 func parse(t *testing.T, doc string) []*unstructured.Unstructured {

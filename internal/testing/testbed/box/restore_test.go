@@ -26,7 +26,6 @@ import (
 	"github.com/labctl/labctl/internal/cluster"
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/cmdutil"
-	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/hypervisor/libvirt"
 	"github.com/labctl/labctl/internal/kube"
@@ -125,7 +124,7 @@ func TestBackupRestoreOntoANewBox(t *testing.T) {
 
 	// Box B: a new management cluster with what 'mgmt install' puts there.
 	b := &bootEnv{fake: e.fake, lab: lab, sim: e.sim}
-	b.startBox(t)
+	b.startBox(t, labShape{})
 	rpcB := &libvirttest.Cutter{}
 	_, _ = startLibvirtProvider(ctx, t, b, testHost(rpcB))
 	applySharedRole(ctx, t, b)
@@ -136,7 +135,7 @@ func TestBackupRestoreOntoANewBox(t *testing.T) {
 		t.Logf("labctl mgmt restore (%.0fs):\n%s", time.Since(restoreStart).Seconds(), out)
 	}
 	machinesRunning(ctx, t, b, 2)
-	as := autoscalerRunsAsRendered(ctx, t, b, wcs)
+	as := autoscalerRunsAsRendered(ctx, t, b, "lab1", wcs)
 	// Give the providers a few more reconciles: a clone or a define
 	// would come now if they did not recognise the VMs.
 	time.Sleep(15 * time.Second)
@@ -157,7 +156,7 @@ func TestBackupRestoreOntoANewBox(t *testing.T) {
 	}
 
 	// labctl scale-test lab1, from B.
-	rep := scaleTestAll(ctx, t, b, lab, as)
+	rep := scaleTestAll(ctx, t, b, lab, "lab1", as)
 	for _, p := range rep.Phases {
 		if !p.Pass {
 			t.Errorf("scale-test from B: %s failed: %s", p.Name, p.Stopped)
@@ -350,23 +349,11 @@ func placeNodeImage(t *testing.T, d *libvirttest.Daemon) *libvirt.Driver {
 // stack.
 func applySharedRole(ctx context.Context, t testing.TB, e *bootEnv) {
 	t.Helper()
-	cs, err := components.Build(e.lab, versions.MustGet(), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var role []*unstructured.Unstructured
-	for _, c := range cs {
-		for _, o := range c.Objects {
-			if o.GetKind() == "ClusterRole" && o.GetName() == clusterapi.SharedClusterRole {
-				role = append(role, o)
-			}
-		}
-	}
+	role := applyStackPart(ctx, t, e, "", func(o *unstructured.Unstructured) bool {
+		return o.GetKind() == "ClusterRole" && o.GetName() == clusterapi.SharedClusterRole
+	})
 	if len(role) != 1 {
 		t.Fatalf("labctl's management stack renders %d ClusterRoles %s, want 1", len(role), clusterapi.SharedClusterRole)
-	}
-	if _, err := e.kc.Apply(ctx, role, kube.ApplyOptions{}); err != nil {
-		t.Fatal(err)
 	}
 }
 
