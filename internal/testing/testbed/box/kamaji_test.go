@@ -320,7 +320,7 @@ type kamajiSetup struct {
 // on it, its CA key PKCS #1 as Kamaji e51909f needs. Kamaji runs in a
 // network namespace of its own (runner.Image.OwnNetwork) that reaches
 // the etcd's port.
-func kamajiStack(ctx context.Context, t *testing.T, b *box.Box, kc *kube.Client, s kamajiSetup) *box.Etcd {
+func kamajiStack(ctx context.Context, t testing.TB, b *box.Box, kc *kube.Client, s kamajiSetup) *box.Etcd {
 	t.Helper()
 	root, err := testbed.ModuleRoot()
 	if err != nil {
@@ -421,7 +421,7 @@ stringData:
 %[6]s
 `
 
-func parse(t *testing.T, doc string) []*unstructured.Unstructured {
+func parse(t testing.TB, doc string) []*unstructured.Unstructured {
 	t.Helper()
 	objs, err := kube.ParseObjects("test objects", []byte(doc))
 	if err != nil {
@@ -437,7 +437,7 @@ func indent(s string) string {
 
 // freePort reserves a loopback port for the test's tenant: the runner
 // keeps it as kube-apiserver's port (runner.Image.PodPorts).
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	p, release, err := testbed.ReservePort()
 	if err != nil {
@@ -451,16 +451,25 @@ func freePort(t *testing.T) int {
 
 // vmRSS is a process's resident set, as /proc says it.
 func vmRSS(pid int) string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	kib, err := rssKiB(pid)
 	if err != nil {
 		return err.Error()
 	}
+	return strconv.Itoa(kib) + " kB"
+}
+
+// rssKiB is a process's resident set in KiB (/proc/<pid>/status VmRSS).
+func rssKiB(pid int) (int, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
 	for _, line := range strings.Split(string(data), "\n") {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			return strings.TrimSpace(v)
+			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
 		}
 	}
-	return "?"
+	return 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
 }
 
 // Kamaji's real chart, as the box installs it, gives the runner what it

@@ -160,7 +160,7 @@ func TestRunnerRunsCAPIDeployment(t *testing.T) {
 // SDK from a loopback chart repository, with labctl's values, and waits for its Deployments, which the
 // stand-in runs; Helm's wait for the startupapicheck hook Job ends only
 // when the stand-in's API check passed.
-func installCertManager(ctx context.Context, t *testing.T, b *box.Box) {
+func installCertManager(ctx context.Context, t testing.TB, b *box.Box) {
 	t.Helper()
 	// The real chart, from a chart repository on loopback.
 	repo := standin.ServeUpstreamRepo(t)

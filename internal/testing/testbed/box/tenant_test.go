@@ -23,6 +23,7 @@ import (
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/scaletest"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
+	"github.com/labctl/labctl/internal/testing/testbed/runner"
 	"github.com/labctl/labctl/internal/testing/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
@@ -168,7 +169,7 @@ func TestTenantClusterCreateOnProxmox(t *testing.T) {
 // tenantPort is a free loopback port a tenant may have: lab.yaml refuses
 // the management cluster's NodePort range, which the machine's ephemeral
 // ports may overlap.
-func tenantPort(t *testing.T) int {
+func tenantPort(t testing.TB) int {
 	t.Helper()
 	for range 100 {
 		if p := freePort(t); p < 30000 || p > 32767 {
@@ -206,4 +207,61 @@ func applyStackPart(ctx context.Context, t testing.TB, e *bootEnv, component str
 		t.Fatalf("applying labctl's %s: %v", component, err)
 	}
 	return objs
+}
+
+// BenchmarkTenantCreate runs labctl cluster create for a tenant and for a
+// kubeadm cluster side by side on one box (examples/lab-tenants.yaml's
+// tenant1 and lab1, both on the fake PVE), and reports each in seconds,
+// until create returns: for the tenant its API server serving its admin
+// (and Cilium and the autoscaler applied), for lab1 its control-plane VM
+// cloned, booted by the sim and initialized (and the same after). It
+// also reports the resident memory of the tenant's control plane (its
+// three processes, as the runner runs them from Kamaji's Deployment) and
+// of Kamaji and its provider, in MiB. docs/tenants.md records the
+// figures; run with -run '^$' -bench BenchmarkTenantCreate -benchtime=1x.
+func BenchmarkTenantCreate(b *testing.B) {
+	for b.Loop() {
+		e := bootBox(b, labShape{tenantPort: tenantPort(b)})
+		lab := e.lab
+		lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{sshKey}
+		ctx, cancel := context.WithTimeout(b.Context(), 20*time.Minute)
+		kamajiStack(ctx, b, e.box, e.kc, kamajiSetup{releases: []string{"kamaji-provider"}, dataStore: components.KamajiDataStore})
+		e.box.Runner.ServeLoadBalancers(lab.Management.IP)
+		applyStackPart(ctx, b, e, "tenant ClusterClasses", nil)
+		applySharedRole(ctx, b, e)
+		lab.Management.Stack.OfflineDir = b.TempDir()
+		standin.Package(b, lab.Management.Stack.OfflineDir, standin.Cilium, versions.MustGet().Cilium)
+
+		took := map[string]float64{}
+		for _, name := range []string{"tenant1", "lab1"} {
+			io, _, _, errb := ui.Test()
+			start := time.Now()
+			createCluster(ctx, b, e, cluster.Options{IO: io, Lab: lab, Name: name, Mgmt: e.kc, KubeconfigDir: b.TempDir(), Timeout: 6 * time.Minute}, errb)
+			took[name] = time.Since(start).Seconds()
+		}
+		b.ReportMetric(took["tenant1"], "s-create/tenant")
+		b.ReportMetric(took["lab1"], "s-create/kubeadm")
+
+		cl := get(ctx, b, e.cl, "cluster.x-k8s.io", "Cluster", clusterapi.Namespace("tenant1"), "tenant1")
+		cpName, _, _ := unstructured.NestedString(cl.Object, "spec", "controlPlaneRef", "name")
+		tcp := e.box.Runner.Proc(clusterapi.Namespace("tenant1"), cpName)
+		if tcp == nil {
+			b.Fatalf("the runner runs no control plane for tenant1 (%s)", cpName)
+		}
+		sum := func(procs ...*runner.Proc) float64 {
+			total := 0
+			for _, p := range procs {
+				kib, err := rssKiB(p.Pid())
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += kib
+			}
+			return float64(total) / 1024
+		}
+		b.ReportMetric(sum(tcp.Pod...), "MiB-RSS/tenant-control-plane")
+		b.ReportMetric(sum(e.box.Runner.Proc(components.KamajiNamespace, components.KamajiRelease),
+			e.box.Runner.Proc(components.KamajiNamespace, "capi-kamaji-controller-manager")), "MiB-RSS/kamaji+provider")
+		cancel()
+	}
 }
