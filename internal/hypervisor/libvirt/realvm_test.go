@@ -276,7 +276,22 @@ func TestRealVM(t *testing.T) {
 	if err != nil || string(got) != token {
 		t.Fatalf("reading the marker over SSH = %q, %v; want %q", got, err, token)
 	}
-	if _, err := vmssh.ReadFile(bootCtx, target, "/nonexistent"); !errors.Is(err, vmssh.ErrNotFound) {
+	// sshd may be restarting meanwhile: cloud-init's config stage
+	// (cc_set_passwords, for ssh_pwauth: false) rewrites sshd_config and
+	// restarts it after the init stage's write_files made the marker that
+	// was just read. mgmt up retries ErrNotReady the same way (up.go).
+	readOnceUp := func(target vmssh.Target, path string) error {
+		var err error
+		for range 30 {
+			_, err = vmssh.ReadFile(bootCtx, target, path)
+			if !errors.Is(err, vmssh.ErrNotReady) {
+				break
+			}
+			time.Sleep(2 * time.Second)
+		}
+		return err
+	}
+	if err := readOnceUp(target, "/nonexistent"); !errors.Is(err, vmssh.ErrNotFound) {
 		t.Errorf("reading a missing file over SSH = %v, want ErrNotFound", err)
 	}
 	other, err := vmssh.GenerateHostKey()
@@ -285,18 +300,7 @@ func TestRealVM(t *testing.T) {
 	}
 	wrong := target
 	wrong.HostKey = other.PublicKey()
-	// sshd may be restarting meanwhile: cloud-init's config stage
-	// (cc_set_passwords, for ssh_pwauth: false) rewrites sshd_config and
-	// restarts it after the init stage's write_files made the marker that
-	// was just read. mgmt up retries ErrNotReady the same way (up.go).
-	var wrongErr error
-	for range 30 {
-		_, wrongErr = vmssh.ReadFile(bootCtx, wrong, "/var/lib/labctl-test/marker")
-		if !errors.Is(wrongErr, vmssh.ErrNotReady) {
-			break
-		}
-		time.Sleep(2 * time.Second)
-	}
+	wrongErr := readOnceUp(wrong, "/var/lib/labctl-test/marker")
 	if wrongErr == nil || !strings.Contains(wrongErr.Error(), "refusing") {
 		t.Errorf("a login expecting another host key = %v, want a refusal", wrongErr)
 	}
