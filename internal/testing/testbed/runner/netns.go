@@ -187,27 +187,31 @@ func (s *sandbox) serve(l net.Listener, dial func() (net.Conn, error)) {
 	s.mu.Lock()
 	s.listeners = append(s.listeners, l)
 	s.mu.Unlock()
-	go func() {
-		for {
-			c, err := l.Accept()
+	go forward(l, dial)
+}
+
+// forward accepts on l until it is closed, copying each connection both
+// ways to what dial opens; a connection dial cannot serve is dropped.
+func forward(l net.Listener, dial func() (net.Conn, error)) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			d, err := dial()
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				d, err := dial()
-				if err != nil {
-					return
-				}
-				defer d.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(d, c); closeWrite(d); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(c, d); closeWrite(c); done <- struct{}{} }()
-				<-done
-				<-done
-			}()
-		}
-	}()
+			defer d.Close()
+			done := make(chan struct{}, 2)
+			go func() { _, _ = io.Copy(d, c); closeWrite(d); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(c, d); closeWrite(c); done <- struct{}{} }()
+			<-done
+			<-done
+		}()
+	}
 }
 
 func closeWrite(c net.Conn) {

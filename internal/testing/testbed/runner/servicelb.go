@@ -2,10 +2,11 @@ package runner
 
 import (
 	"context"
-	"io"
+	"errors"
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,7 +118,7 @@ func (r *Runner) forward(key, hostPort string) (*lbForward, error) {
 		r.lbs = map[string]*lbForward{}
 	}
 	r.lbs[key] = f
-	go f.serve()
+	go forward(ln, f.dial)
 	return f, nil
 }
 
@@ -133,42 +134,14 @@ func (r *Runner) dropForwards(keep map[string]bool) {
 	}
 }
 
-func (f *lbForward) serve() {
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		target := f.target
-		f.mu.Unlock()
-		if target == 0 {
-			_ = c.Close()
-			continue
-		}
-		go pipe(c, net.JoinHostPort("127.0.0.1", strconv.Itoa(target)))
+// dial opens a connection to the process behind the Service; none while
+// no process is ready.
+func (f *lbForward) dial() (net.Conn, error) {
+	f.mu.Lock()
+	target := f.target
+	f.mu.Unlock()
+	if target == 0 {
+		return nil, errors.New("no ready process behind the Service")
 	}
-}
-
-// pipe copies both ways between c and a new connection to target until
-// either side closes.
-func pipe(c net.Conn, target string) {
-	defer c.Close()
-	u, err := net.Dial("tcp", target)
-	if err != nil {
-		return
-	}
-	defer u.Close()
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go cp(u, c)
-	go cp(c, u)
-	<-done
-	<-done
+	return net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(target)), 5*time.Second)
 }
