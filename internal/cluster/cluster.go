@@ -261,25 +261,13 @@ func (c *createRun) steps() []step.Step {
 				}
 				return []string{"write " + c.path + " (mode 0600)"}, nil
 			},
-			Apply: func(ctx context.Context) error {
-				kc, err := c.requireKubeconfig(ctx)
-				if err != nil {
-					return err
-				}
-				return files.WritePrivate(c.path, kc)
-			},
+			Apply: c.onWorkload(func(_ context.Context, kc []byte) error { return files.WritePrivate(c.path, kc) }),
 		},
 	}
 	if c.tenant {
 		steps = append(steps, step.Step{
-			Name: "wait for the tenant's admin rights",
-			Apply: func(ctx context.Context) error {
-				kc, err := c.requireKubeconfig(ctx)
-				if err != nil {
-					return err
-				}
-				return waitTenantAdmin(ctx, kc, o.timeout())
-			},
+			Name:  "wait for the tenant's admin rights",
+			Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return waitTenantAdmin(ctx, kc, o.timeout()) }),
 		})
 	}
 	steps = append(steps, step.Step{
@@ -298,24 +286,12 @@ func (c *createRun) steps() []step.Step {
 			}
 			return []string{p}, nil
 		},
-		Apply: func(ctx context.Context) error {
-			kc, err := c.requireKubeconfig(ctx)
-			if err != nil {
-				return err
-			}
-			return c.cilium.Install(ctx, kc, o.timeout())
-		},
+		Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return c.cilium.Install(ctx, kc, o.timeout()) }),
 	})
 	if c.tenant {
 		steps = append(steps, step.Step{
-			Name: "let the pools scale to zero with CoreDNS on them",
-			Apply: func(ctx context.Context) error {
-				kc, err := c.requireKubeconfig(ctx)
-				if err != nil {
-					return err
-				}
-				return tenantDNS(ctx, kc, o.timeout())
-			},
+			Name:  "let the pools scale to zero with CoreDNS on them",
+			Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return tenantDNS(ctx, kc, o.timeout()) }),
 		})
 	}
 	if len(r.Autoscaler) > 0 {
@@ -326,6 +302,18 @@ func (c *createRun) steps() []step.Step {
 		})
 	}
 	return steps
+}
+
+// onWorkload is a step's Apply that needs the workload kubeconfig
+// (requireKubeconfig) and hands it to f.
+func (c *createRun) onWorkload(f func(ctx context.Context, kubeconfig []byte) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		kc, err := c.requireKubeconfig(ctx)
+		if err != nil {
+			return err
+		}
+		return f(ctx, kc)
+	}
 }
 
 // requireKubeconfig is the workload kubeconfig for a step that changes

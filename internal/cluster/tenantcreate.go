@@ -86,26 +86,12 @@ func tenantDNS(ctx context.Context, kubeconfig []byte, timeout time.Duration) er
 	}
 	kc := kube.NewForConfig(cfg, "the tenant's kubeconfig")
 	ref := kube.Ref{GVK: kube.DeploymentGVK, Namespace: tenantDNSNamespace, Name: tenantDNSDeployment}
-	deadline := time.Now().Add(timeout)
-	for {
-		_, found, err := kc.Get(ctx, ref)
-		if err == nil && found {
-			break
-		}
-		last := "Kamaji has not made it yet"
-		if err != nil {
-			last = err.Error()
-		}
-		step.Progress(ctx, "Deployment %s: %s", ref, last)
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the tenant has no Deployment %s after %s (%s): Kamaji's CoreDNS addon makes it; "+
-				"see Kamaji's log: kubectl -n kamaji-system logs deploy/kamaji", ref, timeout, last)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(tenantAdminPoll):
-		}
+	err = kc.Until(withProgress(ctx), kube.Watch{GVK: ref.GVK, Namespace: ref.Namespace, Name: ref.Name}, ref.String(), "made by Kamaji's CoreDNS addon",
+		timeout, func(objs map[string]*unstructured.Unstructured) (bool, string) {
+			return objs[ref.Name] != nil, "not made yet"
+		})
+	if err != nil {
+		return fmt.Errorf("%w; see Kamaji's log: kubectl -n kamaji-system logs deploy/kamaji", err)
 	}
 	d := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apps/v1", "kind": "Deployment",
