@@ -49,11 +49,12 @@ func testLab(t testing.TB, pveURL, caFile string, edits ...[2]string) *config.La
 		t.Fatal(err)
 	}
 	s := string(data)
-	for _, r := range append([][2]string{
+	// The edits first, so that what they add is mapped onto loopback too.
+	for _, r := range append(slices.Clip(edits), [][2]string{
 		{"https://192.168.0.8:8006", pveURL},
 		{"~/.config/labctl/pve-root-ca.pem", caFile},
 		{"192.168.4.", "127.77.0."},
-	}, edits...) {
+	}...) {
 		if !strings.Contains(s, r[0]) {
 			t.Fatalf("examples/lab.yaml no longer holds %q; update this test's loopback mapping", r[0])
 		}

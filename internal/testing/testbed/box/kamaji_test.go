@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/labctl/labctl/embedded"
 	labcluster "github.com/labctl/labctl/internal/cluster"
@@ -79,15 +78,7 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 
 	// The provider patches the ProxmoxCluster's endpoint with the
 	// TenantControlPlane's; CAPMOX would then report it provisioned.
-	pc := &unstructured.Unstructured{}
-	pc.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha2", Kind: "ProxmoxCluster"})
-	waitUntil(ctx, t, 5*time.Minute, "the ProxmoxCluster's controlPlaneEndpoint patched by the provider", func() {}, func() (bool, string) {
-		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pc); err != nil {
-			return false, err.Error()
-		}
-		ep, _, _ := unstructured.NestedMap(pc.Object, "spec", "controlPlaneEndpoint")
-		return ep["host"] == "127.0.0.1" && fmt.Sprint(ep["port"]) == strconv.Itoa(port), fmt.Sprintf("endpoint %v", ep)
-	})
+	pc := endpointPatched(ctx, t, cl, schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha2", Kind: "ProxmoxCluster"}, ns, name, port)
 	base := pc.DeepCopy()
 	_ = unstructured.SetNestedField(pc.Object, true, "status", "initialization", "provisioned")
 	if err := cl.Status().Patch(ctx, pc, client.MergeFrom(base)); err != nil {
@@ -200,20 +191,28 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 	if _, err := kc.Apply(ctx, objs2, kube.ApplyOptions{}); err != nil {
 		t.Fatalf("applying the KVM tenant: %v", err)
 	}
-	lc := &unstructured.Unstructured{}
-	lc.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.labctl.dev", Version: "v1alpha1", Kind: "LibvirtCluster"})
-	waitUntil(ctx, t, 5*time.Minute, "the LibvirtCluster's controlPlaneEndpoint patched by the provider", func() {}, func() (bool, string) {
-		if err := cl.Get(ctx, client.ObjectKey{Namespace: name2, Name: name2}, lc); err != nil {
-			return false, err.Error()
-		}
-		ep, _, _ := unstructured.NestedMap(lc.Object, "spec", "controlPlaneEndpoint")
-		return ep["host"] == "127.0.0.1" && fmt.Sprint(ep["port"]) == strconv.Itoa(port2), fmt.Sprintf("endpoint %v", ep)
-	})
+	endpointPatched(ctx, t, cl, schema.GroupVersionKind{Group: "infrastructure.labctl.dev", Version: "v1alpha1", Kind: "LibvirtCluster"}, name2, name2, port2)
 }
 
-// kvmTenant is the namespace and LibvirtCluster of a KVM tenant, on the
-// DataStore of kamajiObjects. Formatted with its name (also its
-// namespace).
+// endpointPatched waits until the Kamaji provider has written the
+// tenant's endpoint, 127.0.0.1 at port, into the infrastructure cluster
+// of kind gvk, and returns that object.
+func endpointPatched(ctx context.Context, t testing.TB, cl client.Client, gvk schema.GroupVersionKind, ns, name string, port int) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	waitUntil(ctx, t, 5*time.Minute, "the "+gvk.Kind+"'s controlPlaneEndpoint patched by the provider", func() {}, func() (bool, string) {
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+			return false, err.Error()
+		}
+		ep, _, _ := unstructured.NestedMap(u.Object, "spec", "controlPlaneEndpoint")
+		return ep["host"] == "127.0.0.1" && fmt.Sprint(ep["port"]) == strconv.Itoa(port), fmt.Sprintf("endpoint %v", ep)
+	})
+	return u
+}
+
+// kvmTenant is the namespace and LibvirtCluster of a KVM tenant.
+// Formatted with its name (also its namespace).
 const kvmTenant = `apiVersion: v1
 kind: Namespace
 metadata: {name: %[1]s}
@@ -354,14 +353,7 @@ func kamajiStack(ctx context.Context, t testing.TB, b *box.Box, kc *kube.Client,
 	}
 	// labctl's values (embedded/manifests/mgmt/kamaji-values.yaml) but
 	// the image, which is the test bed's; no kamaji-etcd.
-	values := map[string]any{}
-	raw, err := embedded.FS.ReadFile("manifests/mgmt/kamaji-values.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(raw, &values); err != nil {
-		t.Fatal(err)
-	}
+	values := embeddedValues(t, "manifests/mgmt/kamaji-values.yaml")
 	delete(values, "image")
 	values["kamaji-etcd"] = map[string]any{"deploy": false}
 	values["defaultDatastoreName"] = ""

@@ -165,14 +165,7 @@ func installCertManager(ctx context.Context, t testing.TB, b *box.Box) {
 	// The real chart, from a chart repository on loopback.
 	repo := standin.ServeUpstreamRepo(t)
 	pins := versions.MustGet()
-	values := map[string]any{}
-	raw, err := embedded.FS.ReadFile("manifests/mgmt/cert-manager-values.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(raw, &values); err != nil {
-		t.Fatal(err)
-	}
+	values := embeddedValues(t, "manifests/mgmt/cert-manager-values.yaml")
 	hc := helm.New(b.Env.Config)
 	rel := helm.Release{Name: "cert-manager", Namespace: "cert-manager", Values: values,
 		Chart: helm.Chart{Name: "cert-manager", Version: pins.CertManagerChartVersion(), Repo: repo.URL}}
@@ -188,6 +181,21 @@ func installCertManager(ctx context.Context, t testing.TB, b *box.Box) {
 			t.Errorf("cert-manager's own %s is still there; nothing here serves it", kind)
 		}
 	}
+}
+
+// embeddedValues are the Helm values labctl carries at path in its
+// embedded files, as 'mgmt install' reads them.
+func embeddedValues(t testing.TB, path string) map[string]any {
+	t.Helper()
+	raw, err := embedded.FS.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]any{}
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return values
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {

@@ -44,34 +44,19 @@ import (
 // from zero workers, and delete leaves no TenantControlPlane, no key under the
 // tenant's prefix in the datastore, no VM and no IPAddress.
 func TestTenantClusterCreateOnProxmox(t *testing.T) {
-	box.Require(t, "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox", "kwok",
-		"kamaji", "kamaji-provider", "kube-controller-manager", "kube-scheduler", "cluster-autoscaler")
-	box.KamajiSource(t)
 	const name = "tenant1"
-	port := tenantPort(t)
-	e := bootBox(t, labShape{tenantPort: port})
+	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
+	defer cancel()
+	e, etcd := tenantBox(ctx, t)
 	lab := e.lab
 	tenant, err := lab.Cluster(name)
 	if err != nil {
 		t.Fatal(err)
 	}
+	port := tenant.ControlPlane.Port
 	if !tenant.Kamaji() || tenant.Pools[0].Min != 0 || !tenant.Pools[0].Autoscaled() {
 		t.Fatalf("the test lab's %s must be a Kamaji tenant whose pool starts at zero, autoscaled", name)
 	}
-	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{sshKey}
-	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
-	defer cancel()
-
-	// What 'mgmt install' adds for tenants: Kamaji, its provider and
-	// datastore, labctl's tenant ClusterClasses; and for every cluster
-	// the autoscaler's shared ClusterRole.
-	etcd := kamajiStack(ctx, t, e.box, e.kc, kamajiSetup{releases: []string{"kamaji-provider"}, dataStore: components.KamajiDataStore})
-	e.box.Runner.ServeLoadBalancers(lab.Management.IP)
-	applyStackPart(ctx, t, e, "tenant ClusterClasses", nil)
-	applySharedRole(ctx, t, e)
-
-	lab.Management.Stack.OfflineDir = t.TempDir()
-	standin.Package(t, lab.Management.Stack.OfflineDir, standin.Cilium, versions.MustGet().Cilium)
 	io, _, _, errb := ui.Test()
 	dir := t.TempDir()
 	opts := cluster.Options{IO: io, Lab: lab, Name: name, Mgmt: e.kc, KubeconfigDir: dir, Timeout: 6 * time.Minute}
@@ -166,6 +151,30 @@ func TestTenantClusterCreateOnProxmox(t *testing.T) {
 	}
 }
 
+// tenantBox is the box of the test lab with examples/lab-tenants.yaml's
+// tenant1 on a free port (labShape.tenantPort), and what 'mgmt install'
+// adds for tenants: Kamaji, its provider and datastore (returned),
+// labctl's tenant ClusterClasses; for every cluster the autoscaler's
+// shared ClusterRole; the ServiceLB stand-in at the management VM's
+// address; and Cilium's stand-in chart in the offline folder create
+// reads it from.
+func tenantBox(ctx context.Context, t testing.TB) (*bootEnv, *box.Etcd) {
+	t.Helper()
+	box.Require(t, "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox", "kwok",
+		"kamaji", "kamaji-provider", "kube-controller-manager", "kube-scheduler", "cluster-autoscaler")
+	box.KamajiSource(t)
+	e := bootBox(t, labShape{tenantPort: tenantPort(t)})
+	lab := e.lab
+	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{sshKey}
+	etcd := kamajiStack(ctx, t, e.box, e.kc, kamajiSetup{releases: []string{"kamaji-provider"}, dataStore: components.KamajiDataStore})
+	e.box.Runner.ServeLoadBalancers(lab.Management.IP)
+	applyStackPart(ctx, t, e, "tenant ClusterClasses", nil)
+	applySharedRole(ctx, t, e)
+	lab.Management.Stack.OfflineDir = t.TempDir()
+	standin.Package(t, lab.Management.Stack.OfflineDir, standin.Cilium, versions.MustGet().Cilium)
+	return e, etcd
+}
+
 // tenantPort is a free loopback port a tenant may have: lab.yaml refuses
 // the management cluster's NodePort range, which the machine's ephemeral
 // ports may overlap.
@@ -221,16 +230,9 @@ func applyStackPart(ctx context.Context, t testing.TB, e *bootEnv, component str
 // figures; run with -run '^$' -bench BenchmarkTenantCreate -benchtime=1x.
 func BenchmarkTenantCreate(b *testing.B) {
 	for b.Loop() {
-		e := bootBox(b, labShape{tenantPort: tenantPort(b)})
-		lab := e.lab
-		lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{sshKey}
 		ctx, cancel := context.WithTimeout(b.Context(), 20*time.Minute)
-		kamajiStack(ctx, b, e.box, e.kc, kamajiSetup{releases: []string{"kamaji-provider"}, dataStore: components.KamajiDataStore})
-		e.box.Runner.ServeLoadBalancers(lab.Management.IP)
-		applyStackPart(ctx, b, e, "tenant ClusterClasses", nil)
-		applySharedRole(ctx, b, e)
-		lab.Management.Stack.OfflineDir = b.TempDir()
-		standin.Package(b, lab.Management.Stack.OfflineDir, standin.Cilium, versions.MustGet().Cilium)
+		e, _ := tenantBox(ctx, b)
+		lab := e.lab
 
 		took := map[string]float64{}
 		for _, name := range []string{"tenant1", "lab1"} {
