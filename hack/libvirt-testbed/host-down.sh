@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Undoes host-up.sh for one user of the test bed (LABCTL_TESTBED_OWNER,
 # default: the caller's PID). When no other live user is left, it also
-# removes what tests left behind (domains labctl-test-*/bench-*, the pool
-# and network labctl-test and its FORWARD rule), stops by PID only the
+# removes what tests left behind (sweep.sh), stops by PID only the
 # daemons host-up.sh started, removes libvirt's empty LIBVIRT_* chains and
 # restores ip_forward. Safe to run any number of times.
 set -uo pipefail
@@ -12,10 +11,6 @@ owner=${LABCTL_TESTBED_OWNER:-$PPID}
 if [ -z "${LABCTL_TESTBED_LOCKED:-}" ]; then
 	LABCTL_TESTBED_LOCKED=1 LABCTL_TESTBED_OWNER=$owner exec flock -o "$lock" "$0" "$@"
 fi
-net=labctl-test
-pool=labctl-test
-bridge=lc-$net
-v() { virsh -q -c qemu:///system "$@" 2>/dev/null; }
 
 rm -f "$state/users/$owner"
 others=()
@@ -28,30 +23,7 @@ if [ ${#others[@]} -gt 0 ]; then
 	exit 0
 fi
 
-if [ -S /run/libvirt/libvirt-sock ]; then
-	for d in $(v list --all --name); do
-		case "$d" in
-		labctl-test-* | bench-*)
-			v destroy "$d" >/dev/null
-			v undefine "$d" --managed-save --snapshots-metadata >/dev/null
-			echo "host-down: removed domain $d" >&2
-			;;
-		esac
-	done
-	if v pool-info "$pool" >/dev/null; then
-		for vol in $(v vol-list "$pool" | awk '{print $1}'); do v vol-delete --pool "$pool" "$vol" >/dev/null; done
-		v pool-destroy "$pool" >/dev/null
-		v pool-delete "$pool" >/dev/null
-		v pool-undefine "$pool" >/dev/null
-		echo "host-down: removed pool $pool" >&2
-	fi
-	if v net-info "$net" >/dev/null; then
-		v net-destroy "$net" >/dev/null
-		v net-undefine "$net" >/dev/null
-		echo "host-down: removed network $net" >&2
-	fi
-fi
-while iptables -D FORWARD -i "$bridge" ! -o "$bridge" -j REJECT 2>/dev/null; do :; done
+"$(dirname "$0")/sweep.sh" | sed 's/^/host-down: /' >&2
 
 stop() { # name: kill the daemon host-up started, by its recorded PID
 	local f=$state/$1.pid pid

@@ -58,30 +58,12 @@ type realHost struct {
 	hostKeys map[string]vmssh.HostKey
 }
 
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test's folder")
-		}
-		dir = parent
-	}
-}
-
 // newRealHost connects to the real libvirtd, prepares the test pool and
 // network, fences the network in, and puts the test image in the pool.
 // Cleanup removes all of it and checks that nothing is left.
 func newRealHost(t *testing.T) *realHost {
 	t.Helper()
-	img, sum := libvirttest.RealImage(t, moduleRoot(t))
+	img, sum := libvirttest.RealImage(t)
 	libvirttest.TakeVMTurn(t)
 	ctx := t.Context()
 	d, err := New(ctx, Options{
@@ -363,7 +345,7 @@ func TestBenchVirshVersusLabctl(t *testing.T) {
 	typ := mustType(t, h.d)
 
 	// Baseline: virsh with the same documents labctl renders.
-	script := filepath.Join(moduleRoot(t), "hack", "libvirt-testbed", "virsh-vm.sh")
+	script := filepath.Join(libvirttest.ModuleRoot(t), "hack", "libvirt-testbed", "virsh-vm.sh")
 	var virshSecs float64
 	viaVirsh := func() {
 		base := h.vmSpec(t, "bench-virsh", "10.213.0.11", randomToken(t))

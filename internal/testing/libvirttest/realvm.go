@@ -56,6 +56,42 @@ func TakeVMTurn(t testing.TB) {
 		t.Logf("waited %s for another real-VM run on this machine", waited.Round(time.Second))
 	}
 	t.Cleanup(func() { _ = f.Close() }) // closing releases the lock
+	sweep(t)
+}
+
+// ModuleRoot is the folder of the go.mod above the test's folder: the
+// checkout, where the test image and the test-bed scripts are.
+func ModuleRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test's folder")
+		}
+		dir = parent
+	}
+}
+
+// sweep removes what a real-VM test killed before its cleanup left (a
+// pool holding another build's test image, domains, the network), so the
+// test starts from nothing and its own "nothing left" checks mean
+// something. Only the turn's holder may: no other test uses them now.
+func sweep(t testing.TB) {
+	t.Helper()
+	out, err := exec.CommandContext(t.Context(), filepath.Join(ModuleRoot(t), "hack", "libvirt-testbed", "sweep.sh")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sweeping the real-VM leftovers: %v: %s", err, out)
+	}
+	if left := strings.TrimSpace(string(out)); left != "" {
+		t.Logf("a real-VM run killed before its cleanup left these, now removed:\n%s", left)
+	}
 }
 
 // Fence rejects anything the bridge would forward off itself, so guests
@@ -88,11 +124,11 @@ func Fence(t testing.TB, bridge string) {
 }
 
 // RealImage is the test image hack/libvirt-testbed/build-image.sh builds
-// under root (the module's folder), or $LABCTL_TEST_IMAGE, with its
+// in the checkout, or $LABCTL_TEST_IMAGE, with its
 // sha256, once the machine's libvirtd runs. Otherwise the test skips, or
 // fails under CI or LABCTL_REQUIRE_LIBVIRT: a CI run that skips its real
 // tests proves nothing. Not root, it skips: qemu:///system is root's.
-func RealImage(t testing.TB, root string) (path, sum string) {
+func RealImage(t testing.TB) (path, sum string) {
 	t.Helper()
 	const hint = "; run hack/libvirt-testbed/build-image.sh and hack/libvirt-testbed/host-up.sh (make test does)"
 	if os.Geteuid() != 0 && os.Getenv("LABCTL_REQUIRE_LIBVIRT") == "" {
@@ -105,7 +141,7 @@ func RealImage(t testing.TB, root string) (path, sum string) {
 	}
 	path = os.Getenv("LABCTL_TEST_IMAGE")
 	if path == "" {
-		path = filepath.Join(root, TestImageRel)
+		path = filepath.Join(ModuleRoot(t), TestImageRel)
 	}
 	b, err := os.ReadFile(path + ".sha256")
 	if err != nil {

@@ -99,12 +99,7 @@ func realHost(t *testing.T, image, sum string) *libvirt.Driver {
 // prints the BENCH figures: Machine created to domain running, and to
 // sshd answering on the Machine's address.
 func TestRealVMMachineDeployment(t *testing.T) {
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// This package is internal/provider/libvirt/controller.
-	image, sum := libvirttest.RealImage(t, filepath.Join(wd, "..", "..", "..", ".."))
+	image, sum := libvirttest.RealImage(t)
 	c, kubeconfig, _ := newBox(t)
 	libvirttest.TakeVMTurn(t)
 	drv := realHost(t, image, sum)
