@@ -159,6 +159,8 @@ type createRun struct {
 	cilium *Cilium
 	path   string // where the workload kubeconfig is written
 	tenant bool   // a Kamaji control plane
+	// tenantAddons are applied inside a tenant (clusterapi.TenantAddons).
+	tenantAddons []*unstructured.Unstructured
 
 	kubeconfig step.Found[[]byte] // CAPI's, once it exists
 }
@@ -180,7 +182,17 @@ func newCreateRun(o Options) (*createRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &createRun{o: o, r: r, cilium: cilium, path: path, tenant: cl.Kamaji()}, nil
+	run := &createRun{o: o, r: r, cilium: cilium, path: path, tenant: cl.Kamaji()}
+	if run.tenant {
+		pins, err := versions.Get()
+		if err != nil {
+			return nil, err
+		}
+		if run.tenantAddons, err = clusterapi.TenantAddons(cl, pins); err != nil {
+			return nil, err
+		}
+	}
+	return run, nil
 }
 
 // workloadKubeconfig is the admin kubeconfig CAPI keeps in the
@@ -268,6 +280,19 @@ func (c *createRun) steps() []step.Step {
 		steps = append(steps, step.Step{
 			Name:  "wait for the tenant's admin rights",
 			Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return waitTenantAdmin(ctx, kc, o.timeout()) }),
+		}, step.Step{
+			Name: "install CoreDNS below the autoscaler's cutoff",
+			Plan: func(ctx context.Context) ([]string, error) {
+				kc, found, err := c.workloadKubeconfig(ctx)
+				if err != nil {
+					return nil, err
+				}
+				if !found {
+					return []string{"apply PriorityClass " + clusterapi.TenantAddonPriorityClass + " and CoreDNS in the tenant once the kubeconfig exists"}, nil
+				}
+				return planTenantAddons(ctx, kc, c.tenantAddons)
+			},
+			Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return applyTenantAddons(ctx, kc, c.tenantAddons) }),
 		})
 	}
 	steps = append(steps, step.Step{
@@ -288,12 +313,6 @@ func (c *createRun) steps() []step.Step {
 		},
 		Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return c.cilium.Install(ctx, kc, o.timeout()) }),
 	})
-	if c.tenant {
-		steps = append(steps, step.Step{
-			Name:  "let the pools scale to zero with CoreDNS on them",
-			Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return tenantDNS(ctx, kc, o.timeout()) }),
-		})
-	}
 	if len(r.Autoscaler) > 0 {
 		steps = append(steps, step.Step{
 			Name:  "apply cluster-autoscaler",

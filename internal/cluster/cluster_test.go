@@ -176,7 +176,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 			t.Fatalf("cilium release = %+v, want revision 1 of chart %s deployed", st, pins.Cilium)
 		}
 		want := map[string]any{"ipam": map[string]any{"mode": "kubernetes"}, "ipv4NativeRoutingCIDR": "10.244.0.0/16",
-			"k8sServiceHost": lab.Clusters[0].ControlPlane.Endpoint, "k8sServicePort": float64(6443), "operator": map[string]any{"replicas": float64(1)}}
+			"k8sServiceHost": lab.Clusters[0].ControlPlane.Endpoint, "k8sServicePort": float64(6443), "operator": map[string]any{"replicas": float64(1), "nodeSelector": map[string]any{clusterapi.ControlPlaneRoleLabel: ""}}}
 		if got := mustJSONRoundTrip(t, st.Values); !reflect.DeepEqual(got, want) {
 			t.Errorf("release values = %v, want %v", got, want)
 		}

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
 )
@@ -65,43 +64,36 @@ func waitTenantAdmin(ctx context.Context, kubeconfig []byte, timeout time.Durati
 	}
 }
 
-// Kamaji's CoreDNS addon in a tenant, and the field manager labctl
-// annotates it as (tenantDNS).
-const (
-	tenantDNSNamespace    = "kube-system"
-	tenantDNSDeployment   = "coredns"
-	tenantDNSFieldManager = "labctl-tenant-dns"
-)
-
-// tenantDNS gives Kamaji's CoreDNS addon in the tenant the annotations
-// that let the tenant's pools go to zero with it on them
-// (clusterapi.TenantSystemPodAnnotations), once Kamaji has made it.
-// Kamaji server-side applies its own manifest with its own field manager
-// (internal/resources/addons/coredns.go, mutateDeployment), which leaves
-// fields applied by another manager in place.
-func tenantDNS(ctx context.Context, kubeconfig []byte, timeout time.Duration) error {
+// tenantClient is a client of the tenant's API server through the
+// admin kubeconfig the provider wrote.
+func tenantClient(kubeconfig []byte) (*kube.Client, error) {
 	cfg, err := kube.RESTConfigFromKubeconfig(kubeconfig)
 	if err != nil {
-		return fmt.Errorf("reading the tenant's kubeconfig: %w", err)
+		return nil, fmt.Errorf("reading the tenant's kubeconfig: %w", err)
 	}
-	kc := kube.NewForConfig(cfg, "the tenant's kubeconfig")
-	ref := kube.Ref{GVK: kube.DeploymentGVK, Namespace: tenantDNSNamespace, Name: tenantDNSDeployment}
-	err = kc.Until(withProgress(ctx), kube.Watch{GVK: ref.GVK, Namespace: ref.Namespace, Name: ref.Name}, ref.String(), "made by Kamaji's CoreDNS addon",
-		timeout, func(objs map[string]*unstructured.Unstructured) (bool, string) {
-			return objs[ref.Name] != nil, "not made yet"
-		})
+	return kube.NewForConfig(cfg, "the tenant's kubeconfig"), nil
+}
+
+// planTenantAddons says what applying the tenant's addons
+// (clusterapi.TenantAddons) would change.
+func planTenantAddons(ctx context.Context, kubeconfig []byte, objs []*unstructured.Unstructured) ([]string, error) {
+	kc, err := tenantClient(kubeconfig)
 	if err != nil {
-		return fmt.Errorf("%w; see Kamaji's log: kubectl -n kamaji-system logs deploy/kamaji", err)
+		return nil, err
 	}
-	d := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apps/v1", "kind": "Deployment",
-		"metadata": map[string]any{"name": tenantDNSDeployment, "namespace": tenantDNSNamespace},
-		"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
-			"annotations": clusterapi.TenantSystemPodAnnotations(),
-		}}},
-	}}
-	if _, err := kc.Apply(ctx, []*unstructured.Unstructured{d}, kube.ApplyOptions{FieldManager: tenantDNSFieldManager}); err != nil {
-		return fmt.Errorf("annotating the tenant's CoreDNS for the autoscaler: %w", err)
+	return plan(ctx, kc, objs)
+}
+
+// applyTenantAddons applies CoreDNS and the PriorityClass of the tenant's
+// system pods inside the tenant. It does not wait for CoreDNS: with the
+// pools at zero it stays Pending, by design, until a workload raises one.
+func applyTenantAddons(ctx context.Context, kubeconfig []byte, objs []*unstructured.Unstructured) error {
+	kc, err := tenantClient(kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := apply(ctx, kc, objs); err != nil {
+		return fmt.Errorf("applying CoreDNS in the tenant: %w", err)
 	}
 	return nil
 }

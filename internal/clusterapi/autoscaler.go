@@ -80,29 +80,17 @@ func (r *renderer) autoscalerArgs() []string {
 		"--scale-down-delay-after-delete=" + a.ScaleDownDelayAfterDelete,
 		"--scale-down-utilization-threshold=" + a.ScaleDownUtilizationThreshold,
 		"--max-node-provision-time=" + a.MaxNodeProvisionTime,
+		fmt.Sprintf("--expendable-pods-priority-cutoff=%d", ExpendableCutoff),
 	}
 }
 
 // autoscaler renders the embedded per-cluster autoscaler manifests.
 func (r *renderer) autoscaler() error {
-	raw, err := embedded.FS.ReadFile(autoscalerManifest)
-	if err != nil {
-		return fmt.Errorf("reading embedded %s: %w", autoscalerManifest, err)
-	}
-	q := func(s string) (string, error) {
-		b, err := json.Marshal(s)
-		return string(b), err
-	}
-	tmpl, err := template.New(autoscalerManifest).Funcs(template.FuncMap{"q": q}).Option("missingkey=error").Parse(string(raw))
-	if err != nil {
-		return fmt.Errorf("parsing embedded %s: %w", autoscalerManifest, err)
-	}
 	labels, err := json.Marshal(r.labels())
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	err = tmpl.Execute(&buf, map[string]any{
+	objs, err := renderManifest(autoscalerManifest, map[string]any{
 		"Namespace":          r.ns,
 		"Cluster":            r.c.Name,
 		"Labels":             string(labels),
@@ -113,14 +101,36 @@ func (r *renderer) autoscaler() error {
 		"KubeconfigSecret":   KubeconfigSecret(r.c.Name),
 	})
 	if err != nil {
-		return fmt.Errorf("rendering embedded %s: %w", autoscalerManifest, err)
-	}
-	objs, err := decodeYAML(buf.Bytes())
-	if err != nil {
-		return fmt.Errorf("rendering embedded %s: %w", autoscalerManifest, err)
+		return err
 	}
 	r.out = append(r.out, objs...)
 	return nil
+}
+
+// renderManifest fills in an embedded manifest template, whose values
+// are quoted with q (JSON) or are numbers, and decodes its objects.
+func renderManifest(name string, data map[string]any) ([]*unstructured.Unstructured, error) {
+	raw, err := embedded.FS.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("reading embedded %s: %w", name, err)
+	}
+	q := func(s string) (string, error) {
+		b, err := json.Marshal(s)
+		return string(b), err
+	}
+	tmpl, err := template.New(name).Funcs(template.FuncMap{"q": q}).Option("missingkey=error").Parse(string(raw))
+	if err != nil {
+		return nil, fmt.Errorf("parsing embedded %s: %w", name, err)
+	}
+	var buf bytes.Buffer
+	if err := tmpl.Execute(&buf, data); err != nil {
+		return nil, fmt.Errorf("rendering embedded %s: %w", name, err)
+	}
+	objs, err := decodeYAML(buf.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("rendering embedded %s: %w", name, err)
+	}
+	return objs, nil
 }
 
 // decodeYAML splits a multi-document YAML stream into objects.

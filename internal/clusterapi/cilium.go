@@ -8,6 +8,9 @@ import (
 const (
 	CiliumRelease   = "cilium"
 	CiliumNamespace = "kube-system"
+	// ControlPlaneRoleLabel is the label kubeadm gives control-plane
+	// Nodes (cmd/kubeadm/app/constants LabelNodeRoleControlPlane).
+	ControlPlaneRoleLabel = "node-role.kubernetes.io/control-plane"
 )
 
 // CiliumValues are the Helm values 'cluster create' installs Cilium with.
@@ -25,13 +28,21 @@ const (
 //   - operator.replicas 1: the control plane is the one node guaranteed to
 //     exist (workers scale to zero); a second operator replica would stay
 //     Pending and make the autoscaler add a worker for nothing.
-//   - for a tenant, operator.podAnnotations TenantSystemPodAnnotations: a
-//     tenant has no control-plane node, so the operator runs on a worker.
+//   - for a kubeadm cluster, operator.nodeSelector the control-plane
+//     role: the chart's operator tolerates every taint but may land on
+//     any node, and on a worker, at system-cluster-critical, it would keep
+//     that worker from going (the pool could not rest at zero).
+//   - for a tenant, operator.priorityClassName TenantAddonPriorityClass:
+//     a tenant has no control-plane node, so the operator runs on a
+//     worker, and at the chart's default, system-cluster-critical, it
+//     would keep the last one (embedded/manifests/tenant/addons.yaml).
 func CiliumValues(lab *config.Lab, c *config.Cluster) map[string]any {
 	host, port := Endpoint(lab, c)
 	operator := map[string]any{"replicas": 1}
 	if c.Kamaji() {
-		operator["podAnnotations"] = TenantSystemPodAnnotations()
+		operator["priorityClassName"] = TenantAddonPriorityClass
+	} else {
+		operator["nodeSelector"] = map[string]any{ControlPlaneRoleLabel: ""}
 	}
 	return map[string]any{
 		"ipam":                  map[string]any{"mode": "kubernetes"},
@@ -39,23 +50,5 @@ func CiliumValues(lab *config.Lab, c *config.Cluster) map[string]any {
 		"k8sServiceHost":        host,
 		"k8sServicePort":        port,
 		"operator":              operator,
-	}
-}
-
-// TenantSystemPodAnnotations let the autoscaler take a tenant's workers
-// to zero and keep them there, given to the kube-system Deployments that
-// run on them (Kamaji's CoreDNS, Cilium's operator): a tenant has no
-// control-plane node. cluster-autoscaler 1.35 never removes a node that
-// runs a kube-system pod no DaemonSet or PodDisruptionBudget covers
-// (simulator/drainability/rules/system), so the last worker would stay;
-// and once that node went, those pods, Pending, would raise the pool
-// again on their own. safe-to-evict lets it remove their node
-// (utils/drain/drain.go), and a pod-scale-up-delay of a year keeps them
-// from raising the pool (core/static_autoscaler.go filterOutYoungPods):
-// the next workload's pod raises it, and they land on that node too.
-func TenantSystemPodAnnotations() map[string]any {
-	return map[string]any{
-		"cluster-autoscaler.kubernetes.io/safe-to-evict":      "true",
-		"cluster-autoscaler.kubernetes.io/pod-scale-up-delay": "8760h",
 	}
 }

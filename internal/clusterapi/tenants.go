@@ -208,14 +208,17 @@ func (cr *classRenderer) object(gvk schema.GroupVersionKind, name string, spec m
 // API server behind a LoadBalancer Service at the management VM's
 // address, which k3s's ServiceLB publishes on the port the tenant's
 // Cluster names (clusterNetwork.apiServerPort, which the provider makes
-// the TenantControlPlane's port); CoreDNS and kube-proxy as Kamaji
-// addons, as kubeadm clusters have them. No konnectivity: its server
+// the TenantControlPlane's port); kube-proxy as Kamaji's addon, as
+// kubeadm clusters have it. Not Kamaji's CoreDNS addon: it applies
+// kubeadm's manifest at system-cluster-critical with force, which keeps
+// the last worker; 'cluster create' installs CoreDNS instead
+// (TenantAddons). No konnectivity: its server
 // would take a second port per tenant, and the management VM reaches the
 // workers' kubelets on the lab network itself. dataStoreName is left to
 // Kamaji's default DataStore.
 func (cr *classRenderer) controlPlaneTemplate() map[string]any {
 	spec := map[string]any{
-		"addons": map[string]any{"coreDNS": map[string]any{}, "kubeProxy": map[string]any{}},
+		"addons": map[string]any{"kubeProxy": map[string]any{}},
 		"network": map[string]any{
 			"serviceType":    "LoadBalancer",
 			"serviceAddress": cr.in.Lab.Management.IP,

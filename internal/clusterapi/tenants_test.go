@@ -125,13 +125,71 @@ func TestTenantIsOneCluster(t *testing.T) {
 		t.Errorf("Cilium reaches the tenant at %v:%v", v["k8sServiceHost"], v["k8sServicePort"])
 	}
 	// The operator runs on a worker of a tenant (there is no other
-	// node): it must neither keep the last worker nor raise the pool.
-	for cluster, want := range map[string]bool{"tenant1": true, "lab1": false} {
+	// node): at the chart's system-cluster-critical it would keep the
+	// last worker, so it runs below the autoscaler's cutoff there.
+	for cluster, want := range map[string]any{"tenant1": clusterapi.TenantAddonPriorityClass, "lab1": nil} {
 		op, _ := clusterapi.CiliumValues(lab, mustCluster(t, lab, cluster))["operator"].(map[string]any)
-		ann, _ := op["podAnnotations"].(map[string]any)
-		got := ann["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true" && ann["cluster-autoscaler.kubernetes.io/pod-scale-up-delay"] != nil
-		if got != want {
-			t.Errorf("%s: Cilium operator.podAnnotations %v; want the autoscaler's scale-to-zero annotations: %v", cluster, ann, want)
+		if got := op["priorityClassName"]; got != want {
+			t.Errorf("%s: Cilium operator.priorityClassName %v, want %v", cluster, got, want)
+		}
+	}
+	// On a kubeadm cluster it stays on the control plane, which never
+	// scales, so that the workers can all go.
+	op, _ := clusterapi.CiliumValues(lab, mustCluster(t, lab, "lab1"))["operator"].(map[string]any)
+	if sel, _ := op["nodeSelector"].(map[string]any); len(sel) != 1 || sel[clusterapi.ControlPlaneRoleLabel] != "" {
+		t.Errorf("lab1: Cilium operator.nodeSelector %v, want the control-plane role", op["nodeSelector"])
+	}
+}
+
+// TestTenantAddons: what create applies in a tenant is CoreDNS at a
+// priority below the autoscaler's cutoff, its Service at the address
+// Kamaji gives the tenant's kubelets, and no Kamaji CoreDNS addon in the
+// class that would apply kubeadm's at system-cluster-critical.
+func TestTenantAddons(t *testing.T) {
+	lab := load(t, tenantsExample)
+	c := mustCluster(t, lab, "tenant1")
+	c.ServiceCIDR = "10.112.0.0/16"
+	objs, err := clusterapi.TenantAddons(c, versions.MustGet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKind := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		byKind[o.GetKind()] = o
+	}
+	pc := byKind["PriorityClass"]
+	if pc == nil || pc.GetName() != clusterapi.TenantAddonPriorityClass {
+		t.Fatalf("no PriorityClass %s among %v", clusterapi.TenantAddonPriorityClass, kinds(objs))
+	}
+	if v, ok := pc.Object["value"].(float64); !ok || v >= clusterapi.ExpendableCutoff {
+		t.Errorf("PriorityClass value %v, want below the autoscaler's --expendable-pods-priority-cutoff %d", v, clusterapi.ExpendableCutoff)
+	}
+	dep := byKind["Deployment"]
+	if got, _, _ := unstructured.NestedString(dep.Object, "spec", "template", "spec", "priorityClassName"); got != clusterapi.TenantAddonPriorityClass {
+		t.Errorf("CoreDNS priorityClassName %q, want %s", got, clusterapi.TenantAddonPriorityClass)
+	}
+	ctrs, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	if img := ctrs[0].(map[string]any)["image"]; img != "registry.k8s.io/coredns/coredns:"+versions.MustGet().CoreDNS {
+		t.Errorf("CoreDNS image %v, want the pinned one", img)
+	}
+	if ip, _, _ := unstructured.NestedString(byKind["Service"].Object, "spec", "clusterIP"); ip != "10.112.0.10" {
+		t.Errorf("kube-dns clusterIP %q, want 10.112.0.10 (the Service CIDR's first address plus 10, as Kamaji sets clusterDNS)", ip)
+	}
+	if cf, _, _ := unstructured.NestedString(byKind["ConfigMap"].Object, "data", "Corefile"); !strings.Contains(cf, "kubernetes cluster.local in-addr.arpa ip6.arpa") {
+		t.Errorf("Corefile does not serve cluster.local:\n%s", cf)
+	}
+
+	classes, err := clusterapi.TenantClusterClasses(clusterapi.Input{Lab: lab, Credentials: creds{}, Pins: versions.MustGet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range classes {
+		if o.GetKind() != "KamajiControlPlaneTemplate" {
+			continue
+		}
+		addons, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec", "addons")
+		if _, ok := addons["coreDNS"]; ok || addons["kubeProxy"] == nil {
+			t.Errorf("the tenant class's Kamaji addons %v, want kube-proxy only", addons)
 		}
 	}
 }

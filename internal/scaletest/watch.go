@@ -30,7 +30,6 @@ var (
 // Labels CAPI and kubeadm put on the objects watched.
 const (
 	DeploymentNameLabel = clusterapi.DeploymentNameLabel
-	controlPlaneLabel   = "node-role.kubernetes.io/control-plane"
 )
 
 // machine is what the timeline needs of one Machine.
@@ -213,7 +212,7 @@ func (w *watcher) start(ctx context.Context, mgmt dynamic.Interface, wl kubernet
 			if !ok {
 				return
 			}
-			if _, cp := n.Labels[controlPlaneLabel]; cp {
+			if _, cp := n.Labels[clusterapi.ControlPlaneRoleLabel]; cp {
 				return
 			}
 			if gone {

@@ -33,6 +33,7 @@ type Pins struct {
 	Kamaji             Kamaji      `yaml:"kamaji" json:"kamaji"`
 	KamajiEtcd         KamajiEtcd  `yaml:"kamajiEtcd" json:"kamajiEtcd"`
 	ClusterAutoscaler  string      `yaml:"clusterAutoscaler" json:"clusterAutoscaler"`
+	CoreDNS            string      `yaml:"coreDNS" json:"coreDNS"`
 	Cilium             string      `yaml:"cilium" json:"cilium"`
 	KubeVip            string      `yaml:"kubeVip" json:"kubeVip"`
 	HelmController     string      `yaml:"helmController" json:"helmController"`
@@ -165,6 +166,7 @@ func (p Pins) List() []Pin {
 		{"kamajiEtcd.chart", p.KamajiEtcd.Chart},
 		{"kamajiEtcd.etcdImage", p.KamajiEtcd.EtcdImage},
 		{"clusterAutoscaler", p.ClusterAutoscaler},
+		{"coreDNS", p.CoreDNS},
 		{"cilium", p.Cilium},
 		{"kubeVip", p.KubeVip},
 		{"helmController", p.HelmController},

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,7 +22,6 @@ import (
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/kube"
-	"github.com/labctl/labctl/internal/scaletest"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/runner"
 	"github.com/labctl/labctl/internal/testing/testbed/standin"
@@ -40,8 +40,10 @@ import (
 // ServiceLB publishes it (the runner's stand-in); the sim's workers join
 // it there with the bootstrap token the kubeadm bootstrap provider made
 // in the tenant, after kubeadm's token discovery against its
-// cluster-info. Then scale-test --scenario up passes against the tenant
-// from zero workers, and delete leaves no TenantControlPlane, no key under the
+// cluster-info. CoreDNS is labctl's, at a priority below the
+// autoscaler's cutoff. Then scale-test --scenario all passes against the
+// tenant from zero workers, back down to zero with CoreDNS on the last
+// worker, and delete leaves no TenantControlPlane, no key under the
 // tenant's prefix in the datastore, no VM and no IPAddress.
 func TestTenantClusterCreateOnProxmox(t *testing.T) {
 	const name = "tenant1"
@@ -101,18 +103,36 @@ func TestTenantClusterCreateOnProxmox(t *testing.T) {
 			t.Logf("tenant pod %s/%s on %q, %s, annotations %v", p.Namespace, p.Name, p.Spec.NodeName, p.Status.Phase, p.Annotations)
 		}
 	}()
-	// scale-test tenant1 --scenario up against the tenant's autoscaler,
-	// from zero workers: CoreDNS, Pending since create, did not raise the
-	// pool (pod-scale-up-delay). Not "all": the pool does not go back to
-	// zero, as CoreDNS then runs on the last worker and the autoscaler
-	// removes a node only when it can place its pods elsewhere
-	// (docs/tenants.md, "Workers from zero").
+	// CoreDNS is labctl's, below the autoscaler's cutoff (Kamaji's addon,
+	// at system-cluster-critical, would keep the last worker), and
+	// Pending: it raised no pool.
+	dns, err := wcs.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the tenant's CoreDNS: %v", err)
+	}
+	if pc := dns.Spec.Template.Spec.PriorityClassName; pc != clusterapi.TenantAddonPriorityClass {
+		t.Errorf("the tenant's CoreDNS runs at PriorityClass %q, want %s", pc, clusterapi.TenantAddonPriorityClass)
+	}
+	// scale-test tenant1 --scenario all against the tenant's autoscaler,
+	// from zero workers: up, back down to zero with CoreDNS on the last
+	// worker, and up from zero again.
 	if n, err := wcs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil || len(n.Items) != 0 {
 		t.Fatalf("the tenant's Nodes before the scale test: %v, %v; want none (its pool starts at zero)", n, err)
 	}
 	as := autoscalerRunsAsRendered(ctx, t, e, name, wcs)
-	lab.ScaleTest.Timeouts.ScaleUp = "5m"
-	scaleTestPassed(t, scaleTest(ctx, t, e, lab, name, "up", as), scaletest.PhaseUp)
+	lab.ScaleTest.Timeouts.ScaleUp, lab.ScaleTest.Timeouts.ScaleDown, lab.ScaleTest.Timeouts.FromZero = "5m", "5m", "5m"
+	scaleTestPassed(t, scaleTestAll(ctx, t, e, lab, name, as))
+	// The worker scale-from-zero raised (it stays for
+	// --scale-down-delay-after-add) runs CoreDNS: the pod the scale-down
+	// above had to let go of, on the last worker, was a real one.
+	waitUntil(ctx, t, time.Minute, "CoreDNS on the tenant's worker", func() {}, func() (bool, string) {
+		pods, err := wcs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		if err != nil || len(pods.Items) != 1 {
+			return false, fmt.Sprintf("%v, %v", pods, err)
+		}
+		p := pods.Items[0]
+		return p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning, fmt.Sprintf("pod %s on %q, %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+	})
 
 	// Delete: nothing of the tenant is left, in the management cluster,
 	// on the fake PVE or in the datastore.
