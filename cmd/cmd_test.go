@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -332,7 +333,7 @@ func TestClusterCreateDryRunPrintsObjects(t *testing.T) {
 // TestClusterCreateDryRunPrintsTenant: offline, the tenants' example
 // prints each tenant as the one manifest kubectl needs: its Namespace,
 // one Cluster of a labctl ClusterClass (no control plane or machine
-// objects of its own), for a KVM tenant its address pool and the hosts'
+// objects of its own), its addons' ConfigMap and ClusterResourceSet, for a KVM tenant its address pool and the hosts'
 // credentials Secrets without data, and its autoscaler.
 func TestClusterCreateDryRunPrintsTenant(t *testing.T) {
 	lab := testLabFrom(t, "../examples/lab-tenants.yaml")
@@ -340,8 +341,8 @@ func TestClusterCreateDryRunPrintsTenant(t *testing.T) {
 		name, class string
 		kinds       []string
 	}{
-		{"tenant1", "labctl-kamaji-proxmox", []string{"Namespace", "Cluster", "ServiceAccount", "ClusterRoleBinding", "Deployment"}},
-		{"tenant2", "labctl-kamaji-kvm", []string{"Namespace", "Secret", "Secret", "InClusterIPPool", "Cluster", "ServiceAccount", "ClusterRoleBinding", "Deployment"}},
+		{"tenant1", "labctl-kamaji-proxmox", []string{"Namespace", "Cluster", "ConfigMap", "ClusterResourceSet", "ServiceAccount", "ClusterRoleBinding", "Deployment"}},
+		{"tenant2", "labctl-kamaji-kvm", []string{"Namespace", "Secret", "Secret", "InClusterIPPool", "Cluster", "ConfigMap", "ClusterResourceSet", "ServiceAccount", "ClusterRoleBinding", "Deployment"}},
 	} {
 		code, out, errOut := run(t, "", "cluster", "create", tc.name, "-c", lab, "--dry-run", "-o", "yaml")
 		if code != 0 {
@@ -349,7 +350,9 @@ func TestClusterCreateDryRunPrintsTenant(t *testing.T) {
 		}
 		var kinds []string
 		var cluster map[string]any
-		for _, doc := range strings.Split(out, "---\n")[1:] {
+		// Documents split as kubectl splits them: on a line that is
+		// "---" alone (the addons ConfigMap holds indented ones).
+		for _, doc := range regexp.MustCompile(`(?m)^---$`).Split(out, -1)[1:] {
 			var o map[string]any
 			if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
 				t.Fatalf("%s: %v\n%s", tc.name, err, doc)

@@ -159,8 +159,6 @@ type createRun struct {
 	cilium *Cilium
 	path   string // where the workload kubeconfig is written
 	tenant bool   // a Kamaji control plane
-	// tenantAddons are applied inside a tenant (clusterapi.TenantAddons).
-	tenantAddons []*unstructured.Unstructured
 
 	kubeconfig step.Found[[]byte] // CAPI's, once it exists
 }
@@ -182,17 +180,7 @@ func newCreateRun(o Options) (*createRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	run := &createRun{o: o, r: r, cilium: cilium, path: path, tenant: cl.Kamaji()}
-	if run.tenant {
-		pins, err := versions.Get()
-		if err != nil {
-			return nil, err
-		}
-		if run.tenantAddons, err = clusterapi.TenantAddons(cl, pins); err != nil {
-			return nil, err
-		}
-	}
-	return run, nil
+	return &createRun{o: o, r: r, cilium: cilium, path: path, tenant: cl.Kamaji()}, nil
 }
 
 // workloadKubeconfig is the admin kubeconfig CAPI keeps in the
@@ -281,18 +269,10 @@ func (c *createRun) steps() []step.Step {
 			Name:  "wait for the tenant's admin rights",
 			Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return waitTenantAdmin(ctx, kc, o.timeout()) }),
 		}, step.Step{
-			Name: "install CoreDNS below the autoscaler's cutoff",
-			Plan: func(ctx context.Context) ([]string, error) {
-				kc, found, err := c.workloadKubeconfig(ctx)
-				if err != nil {
-					return nil, err
-				}
-				if !found {
-					return []string{"apply PriorityClass " + clusterapi.TenantAddonPriorityClass + " and CoreDNS in the tenant once the kubeconfig exists"}, nil
-				}
-				return planTenantAddons(ctx, kc, c.tenantAddons)
-			},
-			Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return applyTenantAddons(ctx, kc, c.tenantAddons) }),
+			// Before Cilium: its operator runs at the PriorityClass the
+			// addons bring.
+			Name:  "wait for CoreDNS from the tenant's ClusterResourceSet",
+			Apply: func(ctx context.Context) error { return waitTenantAddons(ctx, m, ns, name, o.timeout()) },
 		})
 	}
 	steps = append(steps, step.Step{

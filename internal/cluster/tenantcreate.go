@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
 )
@@ -64,36 +65,24 @@ func waitTenantAdmin(ctx context.Context, kubeconfig []byte, timeout time.Durati
 	}
 }
 
-// tenantClient is a client of the tenant's API server through the
-// admin kubeconfig the provider wrote.
-func tenantClient(kubeconfig []byte) (*kube.Client, error) {
-	cfg, err := kube.RESTConfigFromKubeconfig(kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("reading the tenant's kubeconfig: %w", err)
-	}
-	return kube.NewForConfig(cfg, "the tenant's kubeconfig"), nil
-}
-
-// planTenantAddons says what applying the tenant's addons
-// (clusterapi.TenantAddons) would change.
-func planTenantAddons(ctx context.Context, kubeconfig []byte, objs []*unstructured.Unstructured) ([]string, error) {
-	kc, err := tenantClient(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	return plan(ctx, kc, objs)
-}
-
-// applyTenantAddons applies CoreDNS and the PriorityClass of the tenant's
-// system pods inside the tenant. It does not wait for CoreDNS: with the
-// pools at zero it stays Pending, by design, until a workload raises one.
-func applyTenantAddons(ctx context.Context, kubeconfig []byte, objs []*unstructured.Unstructured) error {
-	kc, err := tenantClient(kubeconfig)
-	if err != nil {
-		return err
-	}
-	if err := apply(ctx, kc, objs); err != nil {
-		return fmt.Errorf("applying CoreDNS in the tenant: %w", err)
-	}
-	return nil
+// waitTenantAddons waits until Cluster API's ClusterResourceSet has
+// applied the tenant's addons (clusterapi.TenantAddons) inside it: its
+// ResourcesApplied condition. Cluster API applies them once the control
+// plane is initialized, and tries again while the tenant still refuses
+// its admin (see waitTenantAdmin).
+func waitTenantAddons(ctx context.Context, mgmt *kube.Client, ns, cluster string, timeout time.Duration) error {
+	name := clusterapi.TenantAddonsName(cluster)
+	return wait{Watch: kube.Watch{GVK: clusterapi.ClusterResourceSetGVK, Namespace: ns, Name: name},
+		What: "ClusterResourceSet " + ns + "/" + name, Condition: "ResourcesApplied", Timeout: timeout,
+		Done: func(objs map[string]*unstructured.Unstructured) (bool, string) {
+			crs := objs[name]
+			if crs == nil {
+				return false, "not created yet"
+			}
+			c := findCondition(crs, "ResourcesApplied")
+			if c == nil {
+				return false, "Cluster API has not reconciled it yet"
+			}
+			return c.Status == "True", c.Reason + ": " + c.Message
+		}}.until(ctx, mgmt)
 }

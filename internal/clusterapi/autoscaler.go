@@ -76,6 +76,17 @@ func (r *renderer) autoscalerArgs() []string {
 		"--bypassed-scheduler-names=" + DefaultScheduler,
 		"--scan-interval=" + a.ScanInterval,
 		"--scale-down-unneeded-time=" + a.ScaleDownUnneededTime,
+		// A node the planner once found it could not empty (its pods had
+		// nowhere to go) is skipped for this long (cluster-autoscaler
+		// 1.35.0 core/scaledown/planner/planner.go categorizeNodes,
+		// default 5m). The planner runs every loop, in the cooldown after
+		// a scale-up too, so the first worker of a pool raised from zero,
+		// seen while it held the one pod that raised it, was skipped for
+		// five minutes after that pod went: the pool stopped at one
+		// worker for minutes (seen on the box as "2 of 3 workers
+		// removed"). The pool's own unneeded time is the wait that means
+		// something to the owner.
+		"--unremovable-node-recheck-timeout=" + a.ScaleDownUnneededTime,
 		"--scale-down-delay-after-add=" + a.ScaleDownDelayAfterAdd,
 		"--scale-down-delay-after-delete=" + a.ScaleDownDelayAfterDelete,
 		"--scale-down-utilization-threshold=" + a.ScaleDownUtilizationThreshold,

@@ -4,8 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	addonsv1 "sigs.k8s.io/cluster-api/api/addons/v1beta2"
+	"sigs.k8s.io/yaml"
 
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/versions"
@@ -30,8 +35,60 @@ const (
 	tenantClusterDomain = "cluster.local"
 )
 
-// TenantAddons are the objects 'cluster create' applies inside a tenant
-// before Cilium: the PriorityClass of its system pods and CoreDNS at that
+// ClusterResourceSetGVK is Cluster API's kind that applies objects kept
+// in the management cluster inside the workload clusters it selects.
+var ClusterResourceSetGVK = addonsv1.GroupVersion.WithKind("ClusterResourceSet")
+
+// TenantAddonsName names a tenant's ClusterResourceSet and the ConfigMap
+// holding what it applies.
+func TenantAddonsName(cluster string) string { return cluster + "-addons" }
+
+// tenantAddonsKey is the ConfigMap key holding the addons' manifest.
+const tenantAddonsKey = "addons.yaml"
+
+// tenantAddons adds the tenant's addons (TenantAddons) to its manifest
+// as Cluster API delivers them: a ConfigMap holding them and a
+// ClusterResourceSet that applies it inside the tenant once its control
+// plane is initialized, and again whenever the ConfigMap changes
+// (strategy Reconcile: a new CoreDNS pin reaches running tenants). So
+// 'kubectl apply' of the manifest alone gives the tenant its DNS, as
+// 'cluster create' does.
+func (r *renderer) tenantAddons() error {
+	objs, err := TenantAddons(r.c, r.in.Pins)
+	if err != nil {
+		return err
+	}
+	docs := make([]string, len(objs))
+	for i, o := range objs {
+		b, err := yaml.Marshal(o.Object)
+		if err != nil {
+			return fmt.Errorf("encoding %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		docs[i] = string(b)
+	}
+	name := TenantAddonsName(r.c.Name)
+	cm := &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: r.meta(name),
+		Data:       map[string]string{tenantAddonsKey: strings.Join(docs, "---\n")},
+	}
+	crs := &addonsv1.ClusterResourceSet{
+		TypeMeta:   typeMeta(ClusterResourceSetGVK),
+		ObjectMeta: r.meta(name),
+		Spec: addonsv1.ClusterResourceSetSpec{
+			ClusterSelector: metav1.LabelSelector{MatchLabels: map[string]string{ClusterNameLabel: r.c.Name}},
+			Resources:       []addonsv1.ResourceRef{{Kind: "ConfigMap", Name: name}},
+			Strategy:        string(addonsv1.ClusterResourceSetStrategyReconcile),
+		},
+	}
+	if err := r.add(cm); err != nil {
+		return err
+	}
+	return r.add(crs)
+}
+
+// TenantAddons are the objects inside a tenant that its ClusterResourceSet
+// applies: the PriorityClass of its system pods and CoreDNS at that
 // priority. Kamaji's own CoreDNS addon is off in labctl's tenant class.
 func TenantAddons(c *config.Cluster, pins versions.Pins) ([]*unstructured.Unstructured, error) {
 	dns, err := TenantDNSAddress(c)

@@ -523,6 +523,9 @@ func (r *renderer) renderTenant() (*Rendered, error) {
 	if err := r.add(cl); err != nil {
 		return nil, err
 	}
+	if err := r.tenantAddons(); err != nil {
+		return nil, err
+	}
 	return r.finish(controlPlaneName(c.Name), pools)
 }
 

@@ -2,6 +2,7 @@ package clusterapi_test
 
 import (
 	"encoding/base64"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -48,14 +49,15 @@ func variable(t *testing.T, list []any, name string) any {
 }
 
 // TestTenantIsOneCluster: a tenant on Proxmox renders as its Namespace
-// and one Cluster of the Proxmox tenant class, carrying its port, version
+// and one Cluster of the Proxmox tenant class (and its addons,
+// TestTenantAddons), carrying its port, version
 // and pool; the autoscaler's bounds and scale-from-zero capacity are in
 // the pool's metadata and its replicas are never set.
 func TestTenantIsOneCluster(t *testing.T) {
 	lab := load(t, tenantsExample)
 	r := render(t, lab, "tenant1")
-	if got := kinds(r.Objects); !slices.Equal(got, []string{"Namespace", "Cluster"}) {
-		t.Fatalf("tenant1 objects = %v, want Namespace and Cluster", got)
+	if got := kinds(r.Objects); !slices.Equal(got, []string{"Namespace", "Cluster", "ConfigMap", "ClusterResourceSet"}) {
+		t.Fatalf("tenant1 objects = %v, want Namespace, Cluster and its addons' ConfigMap and ClusterResourceSet", got)
 	}
 	cl := r.Objects[1]
 	for path, want := range map[string]any{
@@ -141,17 +143,42 @@ func TestTenantIsOneCluster(t *testing.T) {
 	}
 }
 
-// TestTenantAddons: what create applies in a tenant is CoreDNS at a
-// priority below the autoscaler's cutoff, its Service at the address
-// Kamaji gives the tenant's kubelets, and no Kamaji CoreDNS addon in the
-// class that would apply kubeadm's at system-cluster-critical.
+// TestTenantAddons: the tenant's manifest carries, for Cluster API's
+// ClusterResourceSet to apply inside the tenant (so kubectl apply of it
+// alone gives the tenant DNS), CoreDNS at a priority below the
+// autoscaler's cutoff, its Service at the address Kamaji gives the
+// tenant's kubelets; and the class has no Kamaji CoreDNS addon, which
+// would apply kubeadm's at system-cluster-critical.
 func TestTenantAddons(t *testing.T) {
 	lab := load(t, tenantsExample)
 	c := mustCluster(t, lab, "tenant1")
 	c.ServiceCIDR = "10.112.0.0/16"
-	objs, err := clusterapi.TenantAddons(c, versions.MustGet())
-	if err != nil {
-		t.Fatal(err)
+	r := render(t, lab, "tenant1")
+	crs := r.Find("ClusterResourceSet", "tenant1-addons")
+	cm := r.Find("ConfigMap", "tenant1-addons")
+	if crs == nil || cm == nil || crs.GetNamespace() != "tenant1" || cm.GetNamespace() != "tenant1" {
+		t.Fatalf("tenant1's manifest has no ClusterResourceSet and ConfigMap tenant1/tenant1-addons: %v", kinds(r.Objects))
+	}
+	for path, want := range map[string]any{
+		"spec.clusterSelector.matchLabels": map[string]any{"cluster.x-k8s.io/cluster-name": "tenant1"},
+		"spec.resources":                   []any{map[string]any{"kind": "ConfigMap", "name": "tenant1-addons"}},
+		"spec.strategy":                    "Reconcile",
+	} {
+		if got, _, _ := unstructured.NestedFieldNoCopy(crs.Object, splitPath(path)...); !reflect.DeepEqual(got, want) {
+			t.Errorf("ClusterResourceSet %s = %v, want %v", path, got, want)
+		}
+	}
+	if l := r.Find("Cluster", "tenant1").GetLabels()["cluster.x-k8s.io/cluster-name"]; l != "tenant1" {
+		t.Errorf("the Cluster's cluster-name label %q: the ClusterResourceSet would select nothing", l)
+	}
+	data, _, _ := unstructured.NestedString(cm.Object, "data", "addons.yaml")
+	var objs []*unstructured.Unstructured
+	for _, doc := range strings.Split(data, "---\n") {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatalf("the ConfigMap's addons.yaml: %v\n%s", err, doc)
+		}
+		objs = append(objs, u)
 	}
 	byKind := map[string]*unstructured.Unstructured{}
 	for _, o := range objs {
@@ -221,7 +248,7 @@ func splitPath(p string) []string {
 func TestKVMTenant(t *testing.T) {
 	lab := load(t, tenantsExample)
 	r := render(t, lab, "tenant2")
-	if got := kinds(r.Objects); !slices.Equal(got, []string{"Namespace", "Secret", "Secret", "InClusterIPPool", "Cluster"}) {
+	if got := kinds(r.Objects); !slices.Equal(got, []string{"Namespace", "Secret", "Secret", "InClusterIPPool", "Cluster", "ConfigMap", "ClusterResourceSet"}) {
 		t.Fatalf("tenant2 objects = %v", got)
 	}
 	for i, host := range []string{"kvm1", "kvm2"} {

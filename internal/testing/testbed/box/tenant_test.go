@@ -100,7 +100,16 @@ func TestTenantClusterCreateOnProxmox(t *testing.T) {
 			return
 		}
 		for _, p := range pods.Items {
-			t.Logf("tenant pod %s/%s on %q, %s, annotations %v", p.Namespace, p.Name, p.Spec.NodeName, p.Status.Phase, p.Annotations)
+			prio := "unset"
+			if p.Spec.Priority != nil {
+				prio = strconv.Itoa(int(*p.Spec.Priority))
+			}
+			t.Logf("tenant pod %s/%s on %q, %s, priority %s (%q)", p.Namespace, p.Name, p.Spec.NodeName, p.Status.Phase, prio, p.Spec.PriorityClassName)
+		}
+		if nodes, err := wcs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{}); err == nil {
+			for _, n := range nodes.Items {
+				t.Logf("tenant node %s (%s), deleting %v", n.Name, n.Spec.ProviderID, n.DeletionTimestamp != nil)
+			}
 		}
 	}()
 	// CoreDNS is labctl's, below the autoscaler's cutoff (Kamaji's addon,
