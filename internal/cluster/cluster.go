@@ -326,6 +326,13 @@ func (c *createRun) requireKubeconfig(ctx context.Context) ([]byte, error) {
 	return kc, err
 }
 
+// flagCondition is the Cluster condition Cluster API v1.12 sets beside
+// each status.initialization flag.
+var flagCondition = map[string]string{
+	"infrastructureProvisioned": "InfrastructureReady",
+	"controlPlaneInitialized":   "ControlPlaneInitialized",
+}
+
 // clusterFlag waits for a v1beta2 Cluster status.initialization flag.
 func clusterFlag(flag string) func(map[string]*unstructured.Unstructured) (bool, string) {
 	return func(objs map[string]*unstructured.Unstructured) (bool, string) {
@@ -338,7 +345,14 @@ func clusterFlag(flag string) func(map[string]*unstructured.Unstructured) (bool,
 			if phase == "" {
 				phase = "no phase yet"
 			}
-			return false, "phase " + phase + ", " + flag + " not true yet"
+			now := "phase " + phase + ", " + flag + " not true yet"
+			// The condition behind the flag says why, such as a KVM
+			// tenant's LibvirtCluster whose hosts all refuse: that is
+			// what a user needs to see while waiting, and at the timeout.
+			if c := findCondition(cl, flagCondition[flag]); c != nil && c.Status != "True" && c.Message != "" {
+				now += " (" + c.Type + " " + c.Reason + ": " + c.Message + ")"
+			}
+			return false, now
 		}
 		return false, "the Cluster does not exist"
 	}
