@@ -68,8 +68,9 @@ func waitTenantAdmin(ctx context.Context, kubeconfig []byte, timeout time.Durati
 // waitTenantAddons waits until Cluster API's ClusterResourceSet has
 // applied the tenant's addons (clusterapi.TenantAddons) inside it: its
 // ResourcesApplied condition. Cluster API applies them once the control
-// plane is initialized, and tries again while the tenant still refuses
-// its admin (see waitTenantAdmin).
+// plane is initialized, and tries again while it cannot reach the
+// tenant yet (its ClusterCache retries a failed connection after an
+// interval: most of this wait on the box).
 func waitTenantAddons(ctx context.Context, mgmt *kube.Client, ns, cluster string, timeout time.Duration) error {
 	name := clusterapi.TenantAddonsName(cluster)
 	return wait{Watch: kube.Watch{GVK: clusterapi.ClusterResourceSetGVK, Namespace: ns, Name: name},

@@ -211,8 +211,8 @@ func (cr *classRenderer) object(gvk schema.GroupVersionKind, name string, spec m
 // the TenantControlPlane's port); kube-proxy as Kamaji's addon, as
 // kubeadm clusters have it. Not Kamaji's CoreDNS addon: it applies
 // kubeadm's manifest at system-cluster-critical with force, which keeps
-// the last worker; 'cluster create' installs CoreDNS instead
-// (TenantAddons). No konnectivity: its server
+// the last worker; the tenant's own ClusterResourceSet installs
+// CoreDNS instead (TenantAddons). No konnectivity: its server
 // would take a second port per tenant, and the management VM reaches the
 // workers' kubelets on the lab network itself. dataStoreName is left to
 // Kamaji's default DataStore.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/vmssh"
 )
 
@@ -59,24 +60,15 @@ func TakeVMTurn(t testing.TB) {
 	sweep(t)
 }
 
-// ModuleRoot is the folder of the go.mod above the test's folder: the
-// checkout, where the test image and the test-bed scripts are.
+// ModuleRoot is the checkout, where the test image and the test-bed
+// scripts are (testbed.ModuleRoot), or the test fails.
 func ModuleRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	root, err := testbed.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test's folder")
-		}
-		dir = parent
-	}
+	return root
 }
 
 // sweep removes what a real-VM test killed before its cleanup left (a
