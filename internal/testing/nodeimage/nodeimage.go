@@ -26,7 +26,7 @@ import (
 // test driver stores no data) as volume into pool on d, defining the
 // pool at /<pool> when missing, and returns the driver, as host name,
 // for the test to use; it is closed when the test ends.
-func Place(t *testing.T, d *libvirttest.Daemon, name, pool, volume string) *libvirt.Driver {
+func Place(t testing.TB, d *libvirttest.Daemon, name, pool, volume string) *libvirt.Driver {
 	t.Helper()
 	img := make([]byte, 64)
 	copy(img, []byte{'Q', 'F', 'I', 0xfb})

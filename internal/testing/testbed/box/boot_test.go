@@ -34,6 +34,7 @@ import (
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/scaletest"
 	"github.com/labctl/labctl/internal/testing/bootsim"
+	"github.com/labctl/labctl/internal/testing/libvirttest"
 	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
@@ -443,6 +444,14 @@ type labShape struct {
 	// this port as its controlPlane.port, and runs the core provider with
 	// the ClusterTopology gate.
 	tenantPort int
+	// kvmTenantPort, when set, also adds examples/lab-tenants.yaml's
+	// tenant2 (its workers on the KVM hosts kvm1 and kvm2, from zero to
+	// three) with this port, those hosts (kvmHosts) and its node image
+	// ubuntu-kvm.
+	kvmTenantPort int
+	// kvmHosts are the test libvirtds that stand for kvm1 and kvm2, each
+	// over TLS with the node image placed.
+	kvmHosts [2]*libvirttest.Daemon
 }
 
 const secondNode = "pv1-2"
@@ -460,6 +469,16 @@ func (s labShape) edits(t testing.TB) [][2]string {
 			// The tenant ClusterClasses carry the owner's keys, which
 			// the stack reads when it renders.
 			[2]string{"  sshPublicKeyFile: ~/.ssh/id_ed25519.pub\n", "  sshPublicKeys: [\"" + sshKey + "\"]\n"})
+	}
+	if s.kvmTenantPort != 0 {
+		var hosts string
+		for i, d := range s.kvmHosts {
+			hosts += fmt.Sprintf("  - name: kvm%d\n    libvirt:\n      uri: test+tls://127.0.0.1:%s/default\n      storagePool: %s\n      network: default\n"+
+				"      tls:\n        caFile: %s\n        certFile: %s\n        keyFile: %s\n", i+1, d.TLSPort, kvmStoragePool, d.CAFile, d.CertFile, d.KeyFile)
+		}
+		out = append(out, [2]string{"scaleTest:\n", exampleTenant(t, "tenant2", s.kvmTenantPort) + "scaleTest:\n"},
+			[2]string{"\nnetwork:\n", "\n" + hosts + "network:\n"},
+			[2]string{"\nclusters:\n", "\n  - name: ubuntu-kvm\n    os: ubuntu-2404\n    hosts: [kvm1, kvm2]\nclusters:\n"})
 	}
 	return out
 }
@@ -743,16 +762,18 @@ func scaleTest(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab, n
 	return &rep
 }
 
-// nothingLeft checks what cluster delete of name must leave: no
-// Machines, no VM but the management VM and the template in the fake
-// PVE, no IPAddresses, no Secrets in the cluster's namespace, and no
-// autoscaler process.
+// nothingLeft checks what cluster delete of name must leave: in the
+// cluster's namespace no Machines, IPAddresses, libvirt objects or
+// Secrets; in the fake PVE no VM named after the cluster; and no
+// autoscaler process for it. Other clusters may go on in the same box.
 func nothingLeft(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab, name string) {
 	t.Helper()
+	ns := clusterapi.Namespace(name)
+	// Only the cluster's own: other clusters may live on in the box.
 	list := func(group, version, kind string) []string {
 		l := &unstructured.UnstructuredList{}
 		l.SetGroupVersionKind(schema.GroupVersionKind{Group: group, Version: version, Kind: kind + "List"})
-		if err := e.cl.List(ctx, l); meta.IsNoMatchError(err) {
+		if err := e.cl.List(ctx, l, client.InNamespace(ns)); meta.IsNoMatchError(err) {
 			return nil // a kind this box does not serve (no libvirt provider)
 		} else if err != nil {
 			t.Fatalf("listing %s: %v", kind, err)
@@ -778,12 +799,11 @@ func nothingLeft(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab,
 		t.Errorf("LibvirtMachines left after delete: %v", lm)
 	}
 	for _, v := range e.fake.VMs() {
-		if v.ID != lab.Management.VMID && v.ID != templateID {
+		if v.ID != lab.Management.VMID && v.ID != templateID && strings.HasPrefix(v.Name(), name+"-") {
 			t.Errorf("VM %d %s left in the fake PVE after delete", v.ID, v.Name())
 		}
 	}
 	var secrets corev1.SecretList
-	ns := clusterapi.Namespace(name)
 	if err := e.cl.List(ctx, &secrets, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}

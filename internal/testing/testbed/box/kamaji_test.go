@@ -78,7 +78,7 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 
 	// The provider patches the ProxmoxCluster's endpoint with the
 	// TenantControlPlane's; CAPMOX would then report it provisioned.
-	pc := endpointPatched(ctx, t, cl, schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha2", Kind: "ProxmoxCluster"}, ns, name, port)
+	pc := endpointPatched(ctx, t, cl, schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha2", Kind: "ProxmoxCluster"}, ns, name, "127.0.0.1", port)
 	base := pc.DeepCopy()
 	_ = unstructured.SetNestedField(pc.Object, true, "status", "initialization", "provisioned")
 	if err := cl.Status().Patch(ctx, pc, client.MergeFrom(base)); err != nil {
@@ -191,13 +191,13 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 	if _, err := kc.Apply(ctx, objs2, kube.ApplyOptions{}); err != nil {
 		t.Fatalf("applying the KVM tenant: %v", err)
 	}
-	endpointPatched(ctx, t, cl, schema.GroupVersionKind{Group: "infrastructure.labctl.dev", Version: "v1alpha1", Kind: "LibvirtCluster"}, name2, name2, port2)
+	endpointPatched(ctx, t, cl, schema.GroupVersionKind{Group: "infrastructure.labctl.dev", Version: "v1alpha1", Kind: "LibvirtCluster"}, name2, name2, "127.0.0.1", port2)
 }
 
 // endpointPatched waits until the Kamaji provider has written the
 // tenant's endpoint, 127.0.0.1 at port, into the infrastructure cluster
 // of kind gvk, and returns that object.
-func endpointPatched(ctx context.Context, t testing.TB, cl client.Client, gvk schema.GroupVersionKind, ns, name string, port int) *unstructured.Unstructured {
+func endpointPatched(ctx context.Context, t testing.TB, cl client.Client, gvk schema.GroupVersionKind, ns, name, host string, port int) *unstructured.Unstructured {
 	t.Helper()
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
@@ -206,7 +206,7 @@ func endpointPatched(ctx context.Context, t testing.TB, cl client.Client, gvk sc
 			return false, err.Error()
 		}
 		ep, _, _ := unstructured.NestedMap(u.Object, "spec", "controlPlaneEndpoint")
-		return ep["host"] == "127.0.0.1" && fmt.Sprint(ep["port"]) == strconv.Itoa(port), fmt.Sprintf("endpoint %v", ep)
+		return ep["host"] == host && fmt.Sprint(ep["port"]) == strconv.Itoa(port), fmt.Sprintf("endpoint %v", ep)
 	})
 	return u
 }

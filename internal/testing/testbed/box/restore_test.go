@@ -365,6 +365,12 @@ func workloadClient(ctx context.Context, t *testing.T, e *bootEnv) kubernetes.In
 	if err != nil {
 		t.Fatal(err)
 	}
+	return clientOf(t, kc)
+}
+
+// clientOf is a client of the workload cluster kubeconfig kc reaches.
+func clientOf(t testing.TB, kc []byte) kubernetes.Interface {
+	t.Helper()
 	cfg, err := kube.RESTConfigFromKubeconfig(kc)
 	if err != nil {
 		t.Fatal(err)
