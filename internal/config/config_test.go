@@ -614,8 +614,10 @@ func TestNewcomerValidation(t *testing.T) {
 	for _, tc := range []struct {
 		name, data, want, not string
 	}{
-		{"memory past int64", edit(lab, "memory: 2Gi # lab1-worker-2g", "memory: 1e19 #"), "is too large", "too little"},
-		{"memory in exbibytes", edit(lab, "memory: 2Gi # lab1-worker-2g", "memory: 100Ei #"), "is too large", ""},
+		{"memory past int64", edit(lab, "memory: 2Gi # lab1-worker-2g", "memory: 1e19 #"), "1e19 is too large: a VM gets at most 64Ti", "too little"},
+		{"memory in exbibytes", edit(lab, "memory: 2Gi # lab1-worker-2g", "memory: 100Ei #"), "100Ei is too large: a VM gets at most 64Ti", ""},
+		{"memory past any host", edit(lab, "memory: 2Gi # lab1-worker-2g", "memory: 1Ei #"), "workers.size.memory: 1Ei is too large: a VM gets at most 64Ti", ""},
+		{"memory just past the bound", edit(lab, "memory: 2Gi # lab1-worker-2g", "memory: 65Ti #"), "65Ti is too large", ""},
 		{"a count past any integer", edit(lab, "      max: 5\n", "      max: 99999999999999999999\n"), "max: 99999999999999999999 is too large", "whole number"},
 		{"a tab", "kind: Lab\nmetadata:\n\tname: x\n", "line 3 starts with a tab; YAML indents with spaces only", ""},
 	} {
@@ -625,6 +627,10 @@ func TestNewcomerValidation(t *testing.T) {
 				t.Errorf("error %v; want %q, not %q", err, tc.want, tc.not)
 			}
 		})
+	}
+	// The bound itself is a size some host could give.
+	if _, err := config.Parse("lab.yaml", []byte(edit(lab, "memory: 2Gi # lab1-worker-2g", "memory: 64Ti #"))); err != nil {
+		t.Errorf("memory: 64Ti is refused: %v", err)
 	}
 	// keyfile is libvirt's own URI parameter, and its value a path.
 	keyfile := edit(mixed, "uri: qemu+ssh://root@kvm1.lan/system", "uri: qemu+ssh://root@kvm1.lan/system?keyfile=/home/u/.ssh/id_ed25519&known_hosts=/home/u/.ssh/known_hosts&sshauth=privkey")

@@ -103,6 +103,12 @@ func oneOf(s string, list []string) bool {
 	return false
 }
 
+// MaxMemory is the most memory lab.yaml gives a VM: 64 TiB, what a 46-bit
+// x86-64 physical address space holds. No home-lab host has more, so a
+// larger value is a typo (1Ei for 1Gi), and below it memory arithmetic
+// (allocatable, CAPMOX's reservations) cannot overflow.
+const MaxMemory = 64 << 40
+
 // size checks a VM size against a floor of CPUs and memory bytes.
 func (v *validator) size(p *field.Path, s Size, minCPUs int, minMem int64) {
 	if s.CPUs < 1 || s.CPUs > 512 {
@@ -110,7 +116,10 @@ func (v *validator) size(p *field.Path, s Size, minCPUs int, minMem int64) {
 	} else if s.CPUs < minCPUs {
 		v.add(p.Child("cpus"), "must be at least %d here, got %d", minCPUs, s.CPUs)
 	}
-	if q, ok := v.quantity(p.Child("memory"), s.Memory, "2Gi or 512Mi"); ok && q.Value() < minMem {
+	// Compared as quantities, so 1e19 (past int64) is too large as well.
+	if q, err := resource.ParseQuantity(s.Memory); err == nil && q.Cmp(*resource.NewQuantity(MaxMemory, resource.BinarySI)) > 0 {
+		v.add(p.Child("memory"), "%s is too large: a VM gets at most 64Ti (more than any host holds); write a size such as 2Gi or 512Mi", s.Memory)
+	} else if q, ok := v.quantity(p.Child("memory"), s.Memory, "2Gi or 512Mi"); ok && q.Value() < minMem {
 		v.add(p.Child("memory"), "%s is too little; at least %s is needed", s.Memory, resource.NewQuantity(minMem, resource.BinarySI))
 	}
 	if q, ok := v.quantity(p.Child("disk"), s.Disk, "30Gi"); ok && q.Value() < 10<<30 {
