@@ -620,6 +620,8 @@ func TestNewcomerValidation(t *testing.T) {
 		{"memory just past the bound", edit(lab, "memory: 2Gi # lab1-worker-2g", "memory: 65Ti #"), "65Ti is too large", ""},
 		{"a count past any integer", edit(lab, "      max: 5\n", "      max: 99999999999999999999\n"), "max: 99999999999999999999 is too large", "whole number"},
 		{"a tab", "kind: Lab\nmetadata:\n\tname: x\n", "line 3 starts with a tab; YAML indents with spaces only", ""},
+		{"a tab before a top-level key", "kind: Lab\nmetadata:\n  name: x\n\tnetwork: {}\n", "lab.yaml:4: YAML syntax error: line 4 starts with a tab; YAML indents with spaces only", "violates"},
+		{"tabs deeper in", "kind: Lab\nmetadata:\n  name: x\nnetwork:\n  cidr: 10.0.0.0/24\n\t\tgateway: 10.0.0.1\n", "lab.yaml:6: YAML syntax error: line 6 starts with a tab", "violates"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse("lab.yaml", []byte(tc.data))

@@ -136,6 +136,7 @@ func parseError(file string, data []byte, err error) error {
 		for i, line := range strings.Split(string(data), "\n") {
 			if i+1 >= e.Line && strings.Contains(line[:len(line)-len(strings.TrimLeft(line, " \t"))], "\t") {
 				e.Line = i + 1
+				e.Msg = tabMsg(e.Line)
 				break
 			}
 		}
@@ -147,7 +148,7 @@ func parseError(file string, data []byte, err error) error {
 		if all := strings.Split(string(data), "\n"); e.Line <= len(all) {
 			line := all[e.Line-1]
 			if strings.Contains(line[:len(line)-len(strings.TrimLeft(line, " \t"))], "\t") {
-				e.Msg = fmt.Sprintf("YAML syntax error: line %d starts with a tab; YAML indents with spaces only: replace the tab with spaces", e.Line)
+				e.Msg = tabMsg(e.Line)
 			}
 		}
 		e.Field = syntaxField(data, e.Line)
@@ -164,6 +165,12 @@ func parseError(file string, data []byte, err error) error {
 	}
 	e.Field = syntaxField(data, e.Line)
 	return l
+}
+
+// tabMsg says what is wrong with a line yaml refuses for the tab in its
+// indentation; yaml's own words never say "tab" plainly.
+func tabMsg(line int) string {
+	return fmt.Sprintf("YAML syntax error: line %d starts with a tab; YAML indents with spaces only: replace the tab with spaces", line)
 }
 
 // syntaxField names the field a YAML syntax error on line n sits in: the
