@@ -178,7 +178,7 @@ arguments), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).`,
 	// reaches them too ('completion tcsh', 'completion bash extra').
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
-	completionExamples(root)
+	completionCmds(root)
 	usageErrors(root)
 	return root
 }
@@ -282,18 +282,28 @@ func newHelpCmd() *cobra.Command {
 	}
 }
 
-// completionExamples gives cobra's completion commands the examples every
-// labctl command has.
-func completionExamples(root *cobra.Command) {
+// completionCmds gives cobra's completion commands the examples every
+// labctl command has, and makes an unknown shell name the shells there
+// are: cobra's suggestions for 'completion tcsh' leave powershell out.
+func completionCmds(root *cobra.Command) {
 	for _, c := range root.Commands() {
 		if c.Name() != "completion" {
 			continue
 		}
 		c.Example = "  labctl completion bash > ~/.local/share/bash-completion/completions/labctl"
 		readsOnly(c)
+		var shells []string
 		for _, sh := range c.Commands() {
 			sh.Example = "  labctl completion " + sh.Name() + " --help"
 			readsOnly(sh)
+			shells = append(shells, sh.Name())
 		}
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			return fmt.Errorf("unknown shell %q for %q; labctl completes %s and %s", args[0], cmd.CommandPath(), strings.Join(shells[:len(shells)-1], ", "), shells[len(shells)-1])
+		}
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	}
 }

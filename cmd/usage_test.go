@@ -39,7 +39,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"config", "init", "--local", "--proxmox", "https://pve1.lan:8006", "-c", "-"}, "--local and --proxmox cannot be used together; pass only one", "labctl config init"},
 		{[]string{"mgmt", "kubeconfig", "--write", "x", "--merge"}, "--write and --merge cannot be used together; pass only one", "labctl mgmt kubeconfig"},
 		{[]string{"config", "init", "--proxmox", "not a url", "-c", "-"}, `--proxmox "not a url": want the Proxmox VE API URL`, "labctl config init"},
-		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "labctl completion"`, "labctl completion"},
+		{[]string{"completion", "tcsh"}, `unknown shell "tcsh" for "labctl completion"; labctl completes bash, fish, powershell and zsh`, "labctl completion"},
 		{[]string{"completion", "bash", "extra"}, `unknown command "extra" for "labctl completion bash"`, "labctl completion bash"},
 		{[]string{"help", "nope"}, `unknown help topic "nope"`, "labctl help"},
 		{[]string{"help", "cluster", "nope"}, `unknown help topic "cluster nope"`, "labctl help"},
