@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -451,11 +452,49 @@ func TestScaleTestDryRunAndUsage(t *testing.T) {
 			return nil, errors.New("no cluster in this test")
 		}
 	}
-	for _, args := range [][]string{{"--chart", "x.jpg"}, {"--chart", "x.jpg", "--dry-run"}} {
-		code, _, errOut = runOn(t, terminal{}, "", noCluster, append([]string{"scale-test", "lab1", "-c", lab}, args...)...)
-		if code != 2 || !strings.Contains(errOut, `--chart "x.jpg": the file must end in .svg or .png`) {
-			t.Errorf("scale-test %v: exit %d, %s", args, code, errOut)
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "nope", "lab1.png")
+	charts := []struct{ chart, want string }{
+		{"x.jpg", `--chart "x.jpg": the file must end in .svg or .png`},
+		{missing, fmt.Sprintf("--chart %q: the folder %s does not exist; create it", missing, filepath.Dir(missing))},
+		{filepath.Join(notDir, "lab1.svg"), fmt.Sprintf("--chart %q: %s is not a folder", filepath.Join(notDir, "lab1.svg"), notDir)},
+	}
+	if os.Geteuid() != 0 { // root writes in any folder
+		ro := filepath.Join(dir, "ro")
+		if err := os.Mkdir(ro, 0o500); err != nil {
+			t.Fatal(err)
 		}
+		charts = append(charts, struct{ chart, want string }{filepath.Join(ro, "lab1.svg"), fmt.Sprintf("--chart %q: cannot write in the folder %s (permission denied)", filepath.Join(ro, "lab1.svg"), ro)})
+	}
+	for _, c := range charts {
+		for _, args := range [][]string{{"--chart", c.chart}, {"--chart", c.chart, "--dry-run"}} {
+			if strings.HasSuffix(c.want, "(permission denied)") && len(args) == 3 {
+				continue // a dry run makes no file to find out
+			}
+			code, _, errOut = runOn(t, terminal{}, "", noCluster, append([]string{"scale-test", "lab1", "-c", lab}, args...)...)
+			if code != 2 || !strings.Contains(errOut, "Error: "+c.want) || !strings.Contains(errOut, "labctl scale-test --help") {
+				t.Errorf("scale-test %v: exit %d, %s; want exit 2 and %q", args, code, errOut, c.want)
+			}
+		}
+	}
+	// A folder it can write in passes, and the check leaves nothing there.
+	ok := filepath.Join(dir, "ok")
+	if err := os.Mkdir(ok, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	noMgmt := func(f *cmdutil.Factory) {
+		f.Mgmt = func(context.Context) (*kube.Client, error) { return nil, errors.New("no cluster in this test") }
+	}
+	code, _, errOut = runOn(t, terminal{}, "", noMgmt, "scale-test", "lab1", "-c", lab, "--chart", filepath.Join(ok, "lab1.svg"))
+	if code != 1 || strings.Contains(errOut, "--chart") {
+		t.Errorf("scale-test --chart in a writable folder: exit %d, %s", code, errOut)
+	}
+	if entries, _ := os.ReadDir(ok); len(entries) != 0 {
+		t.Errorf("the chart check left files behind: %v", entries)
 	}
 	code, _, errOut = run(t, "", "scale-test", "nope", "-c", lab, "--dry-run")
 	if code != 1 || !strings.Contains(errOut, `cluster "nope" is not in the lab config`) {

@@ -49,7 +49,7 @@ timeline stopped. The workload is always removed, also on Ctrl-C.
 				return usageError{fmt.Errorf("--scenario %q: must be one of up, down, from-zero, all", o.Scenario)}
 			}
 			if o.Chart != "" {
-				if err := scaletest.CheckChart(o.Chart); err != nil {
+				if err := scaletest.CheckChart(o.Chart, o.DryRun); err != nil {
 					return usageError{err}
 				}
 			}

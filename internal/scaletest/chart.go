@@ -1,8 +1,11 @@
 package scaletest
 
 import (
+	"errors"
 	"fmt"
 	"image/color"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -12,8 +15,43 @@ import (
 )
 
 // CheckChart refuses a chart file WriteChart cannot write, so that
-// scale-test refuses it before the test rather than after.
-func CheckChart(path string) error {
+// scale-test refuses it before the test rather than after: the wrong
+// extension, a folder that is missing or no folder, and (unless dryRun,
+// which changes nothing) a folder labctl cannot create a file in.
+func CheckChart(path string, dryRun bool) error {
+	if err := chartExt(path); err != nil {
+		return err
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("--chart %q: is a folder; name a file in it, e.g. %s", path, filepath.Join(path, "chart.svg"))
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("--chart %q: the folder %s does not exist; create it or name a file in an existing folder", path, dir)
+	case err != nil:
+		return fmt.Errorf("--chart %q: %w", path, err)
+	case !fi.IsDir():
+		return fmt.Errorf("--chart %q: %s is not a folder; name a file in an existing folder", path, dir)
+	case dryRun:
+		return nil
+	}
+	// Permission bits do not tell (root, ACLs, a read-only mount): a file
+	// made and removed again does.
+	f, err := os.CreateTemp(dir, ".labctl-chart-*")
+	if err != nil {
+		return fmt.Errorf("--chart %q: cannot write in the folder %s (%w); name a file in a folder you can write to", path, dir, errors.Unwrap(err))
+	}
+	f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		return fmt.Errorf("--chart %q: remove the test file labctl made: %w", path, err)
+	}
+	return nil
+}
+
+// chartExt refuses a file name whose extension picks no chart format.
+func chartExt(path string) error {
 	if ext := strings.ToLower(filepath.Ext(path)); ext != ".svg" && ext != ".png" {
 		return fmt.Errorf("--chart %q: the file must end in .svg or .png", path)
 	}
@@ -24,7 +62,7 @@ func CheckChart(path string) error {
 // replicas over time as step lines and writes path; the extension picks
 // SVG or PNG.
 func WriteChart(path, cluster string, samples []Sample) error {
-	if err := CheckChart(path); err != nil {
+	if err := chartExt(path); err != nil {
 		return err
 	}
 	if len(samples) == 0 {
