@@ -25,7 +25,7 @@ func newClusterCreateCmd(f *cmdutil.Factory, runF runFunc[clusterCreateOptions])
 			if err != nil {
 				return err
 			}
-			return cluster.PrintObjects(f.IO, lab, o.Name, o.Output)
+			return cluster.PrintObjects(ctx, f.IO, lab, o.Name, o.Output)
 		}
 		return withCluster(f, true, func(ctx context.Context, co cluster.Options, _ *clusterCreateOptions) error {
 			return cluster.Create(ctx, co)

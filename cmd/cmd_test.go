@@ -342,15 +342,15 @@ func TestClusterCreateDryRunPrintsTenant(t *testing.T) {
 		name, class string
 		kinds       []string
 	}{
-		{"tenant1", "labctl-kamaji-proxmox", []string{"Namespace", "Cluster", "ConfigMap", "ClusterResourceSet", "ServiceAccount", "ClusterRoleBinding", "Deployment"}},
-		{"tenant2", "labctl-kamaji-kvm", []string{"Namespace", "Secret", "Secret", "InClusterIPPool", "Cluster", "ConfigMap", "ClusterResourceSet", "ServiceAccount", "ClusterRoleBinding", "Deployment"}},
+		{"tenant1", "labctl-kamaji-proxmox", []string{"Namespace", "Cluster", "ConfigMap", "ConfigMap", "ClusterResourceSet", "ServiceAccount", "ClusterRoleBinding", "Deployment"}},
+		{"tenant2", "labctl-kamaji-kvm", []string{"Namespace", "Secret", "Secret", "InClusterIPPool", "Cluster", "ConfigMap", "ConfigMap", "ClusterResourceSet", "ServiceAccount", "ClusterRoleBinding", "Deployment"}},
 	} {
 		code, out, errOut := run(t, "", "cluster", "create", tc.name, "-c", lab, "--dry-run", "-o", "yaml")
 		if code != 0 {
 			t.Fatalf("%s: exit %d: %s", tc.name, code, errOut)
 		}
 		var kinds []string
-		var cluster map[string]any
+		var cluster, crs map[string]any
 		// Documents split as kubectl splits them: on a line that is
 		// "---" alone (the addons ConfigMap holds indented ones).
 		for _, doc := range regexp.MustCompile(`(?m)^---$`).Split(out, -1)[1:] {
@@ -359,8 +359,11 @@ func TestClusterCreateDryRunPrintsTenant(t *testing.T) {
 				t.Fatalf("%s: %v\n%s", tc.name, err, doc)
 			}
 			kinds = append(kinds, o["kind"].(string))
-			if o["kind"] == "Cluster" {
+			switch o["kind"] {
+			case "Cluster":
 				cluster = o
+			case "ClusterResourceSet":
+				crs = o
 			}
 			if o["kind"] == "Secret" && o["data"] != nil {
 				t.Errorf("%s: a credentials Secret is printed with its data", tc.name)
@@ -368,6 +371,17 @@ func TestClusterCreateDryRunPrintsTenant(t *testing.T) {
 		}
 		if !slices.Equal(kinds, tc.kinds) {
 			t.Errorf("%s: kinds %v, want %v", tc.name, kinds, tc.kinds)
+		}
+		// Offline, from the chart labctl carries: CoreDNS, then Cilium.
+		var applied []string
+		for _, r := range crs["spec"].(map[string]any)["resources"].([]any) {
+			applied = append(applied, r.(map[string]any)["name"].(string))
+		}
+		if want := []string{tc.name + "-addons", tc.name + "-cilium"}; !slices.Equal(applied, want) {
+			t.Errorf("%s: the ClusterResourceSet applies %v, want %v", tc.name, applied, want)
+		}
+		if !strings.Contains(out, "name: cilium-operator") || strings.Contains(out, "PRIVATE KEY") {
+			t.Errorf("%s: the manifest lacks Cilium's operator, or holds a private key", tc.name)
 		}
 		topo, _ := cluster["spec"].(map[string]any)["topology"].(map[string]any)
 		if ref, _ := topo["classRef"].(map[string]any); ref["name"] != tc.class || ref["namespace"] != "labctl-tenants" {

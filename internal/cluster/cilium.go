@@ -7,7 +7,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/labctl/labctl/internal/clusterapi"
+	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/helm"
@@ -21,8 +24,10 @@ type Cilium struct {
 }
 
 // NewCilium builds the Cilium release of cluster c: the chart version from
-// the cluster's cni.cilium (the pin by default), fetched from the pinned
-// repository, management.stack.chartRepos.cilium, or the offline folder.
+// the cluster's cni.cilium (the pin by default), from the first of: the
+// offline folder's archive, management.stack.chartRepos.cilium, the chart
+// labctl carries (the pinned version only: components.CiliumChart), the
+// pinned repository.
 func NewCilium(lab *config.Lab, c *config.Cluster) (*Cilium, error) {
 	if c == nil {
 		return nil, fmt.Errorf("installing Cilium: no cluster given")
@@ -38,19 +43,27 @@ func NewCilium(lab *config.Lab, c *config.Cluster) (*Cilium, error) {
 	}
 	ch := helm.Chart{Name: src.Chart, Version: version, Repo: src.Repo}
 	st := lab.Management.Stack
-	if st.ChartRepos.Cilium != "" {
-		ch.Repo = st.ChartRepos.Cilium
-	}
+	var offline string
 	if st.OfflineDir != "" {
 		dir, err := files.ExpandHome(st.OfflineDir)
 		if err != nil {
 			return nil, err
 		}
-		ch.Repo, ch.File = "", filepath.Join(dir, src.Chart+"-"+version+".tgz")
-		if _, err := os.Stat(ch.File); err != nil {
-			return nil, fmt.Errorf("management.stack.offlineDir %s has no %s: put the chart there ('helm pull %s --repo %s --version %s')",
-				st.OfflineDir, filepath.Base(ch.File), src.Chart, src.Repo, version)
+		offline = filepath.Join(dir, src.Chart+"-"+version+".tgz")
+	}
+	switch _, statErr := os.Stat(offline); {
+	case offline != "" && statErr == nil:
+		ch.Repo, ch.File = "", offline
+	case st.ChartRepos.Cilium != "":
+		ch.Repo = st.ChartRepos.Cilium
+	case version == pins.Cilium:
+		if ch.Archive, err = components.CiliumChart(pins); err != nil {
+			return nil, err
 		}
+		ch.Repo = ""
+	case offline != "":
+		return nil, fmt.Errorf("management.stack.offlineDir %s has no %s, and labctl carries only Cilium %s: put the chart there ('helm pull %s --repo %s --version %s')",
+			st.OfflineDir, filepath.Base(offline), pins.Cilium, src.Chart, src.Repo, version)
 	}
 	return &Cilium{Release: helm.Release{
 		Name: clusterapi.CiliumRelease, Namespace: clusterapi.CiliumNamespace, Chart: ch,
@@ -94,4 +107,32 @@ func (c *Cilium) Install(ctx context.Context, kubeconfig []byte, timeout time.Du
 	}
 	_, err = hc.Ensure(ctx, c.Release, timeout)
 	return err
+}
+
+// TenantCilium is tenant c's Cilium as its ClusterResourceSet applies it
+// (clusterapi.Input.Cilium): the chart NewCilium names, rendered as
+// 'helm template' renders it for the tenant's Kubernetes version. A
+// kubeadm cluster gets nil: 'cluster create' installs its Cilium with
+// Helm once its control plane is up. A repository that does not answer
+// is a *helm.UnreachableError.
+func TenantCilium(ctx context.Context, lab *config.Lab, c *config.Cluster) ([]byte, error) {
+	if !c.Kamaji() {
+		return nil, nil
+	}
+	ci, err := NewCilium(lab, c)
+	if err != nil {
+		return nil, err
+	}
+	// No cluster is reached: the render is client-only.
+	out, err := helm.New(&rest.Config{}).Render(ctx, ci.Release, c.KubernetesVersion)
+	if err != nil {
+		return nil, fmt.Errorf("tenant %s's Cilium: %w", c.Name, err)
+	}
+	return out, nil
+}
+
+// ciliumUnreachable says how to go on when the Cilium chart's repository
+// did not answer.
+func ciliumUnreachable(err error) error {
+	return fmt.Errorf("%w; with management.stack.offlineDir naming a folder that holds the chart's archive, labctl renders it without the network (docs/mgmt.md, \"Air-gapped\")", err)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/credentials"
 	"github.com/labctl/labctl/internal/files"
+	"github.com/labctl/labctl/internal/helm"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
@@ -107,13 +108,14 @@ func (w wait) until(ctx context.Context, mgmt *kube.Client) error {
 
 // Render renders the named cluster of the lab, reading the credentials
 // it names from this machine's files: a missing key stops create (and its
-// dry run) before anything is written.
-func Render(lab *config.Lab, name string) (*clusterapi.Rendered, error) {
+// dry run) before anything is written. cilium is a tenant's rendered
+// Cilium (TenantCilium), nil for a kubeadm cluster.
+func Render(lab *config.Lab, name string, cilium []byte) (*clusterapi.Rendered, error) {
 	pins, err := versions.Get()
 	if err != nil {
 		return nil, err
 	}
-	return clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: name, Credentials: credentials.Files{Lab: lab}, Pins: pins})
+	return clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: name, Credentials: credentials.Files{Lab: lab}, Pins: pins, Cilium: cilium})
 }
 
 // KubeconfigPath is where create writes a workload cluster's kubeconfig.
@@ -135,7 +137,7 @@ func (o *Options) KubeconfigPath() (string, error) {
 // runs the very same list: the runner only plans each step, and says of a
 // wait that it would run.
 func Create(ctx context.Context, o Options) error {
-	run, err := newCreateRun(o)
+	run, err := newCreateRun(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -163,16 +165,27 @@ type createRun struct {
 	kubeconfig step.Found[[]byte] // CAPI's, once it exists
 }
 
-func newCreateRun(o Options) (*createRun, error) {
-	r, err := Render(o.Lab, o.Name)
-	if err != nil {
-		return nil, err
-	}
+func newCreateRun(ctx context.Context, o Options) (*createRun, error) {
 	cl, err := o.Lab.Cluster(o.Name)
 	if err != nil {
 		return nil, err
 	}
 	cilium, err := NewCilium(o.Lab, cl)
+	if err != nil {
+		return nil, err
+	}
+	tenantCilium, err := TenantCilium(ctx, o.Lab, cl)
+	var offline *helm.UnreachableError
+	switch {
+	case errors.As(err, &offline) && o.DryRun && ctx.Err() == nil:
+		// The plan is still worth showing; the ConfigMap it lacks is named.
+		fmt.Fprintf(o.IO.Err, "not rendered: %v; the plan leaves out ConfigMap %s\n", ciliumUnreachable(err), clusterapi.TenantCiliumName(o.Name))
+	case errors.As(err, &offline):
+		return nil, ciliumUnreachable(err)
+	case err != nil:
+		return nil, err
+	}
+	r, err := Render(o.Lab, o.Name, tenantCilium)
 	if err != nil {
 		return nil, err
 	}
@@ -269,13 +282,28 @@ func (c *createRun) steps() []step.Step {
 			Name:  "wait for the tenant's admin rights",
 			Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return waitTenantAdmin(ctx, kc, o.timeout()) }),
 		}, step.Step{
-			// Before Cilium: its operator runs at the PriorityClass the
-			// addons bring.
-			Name:  "wait for CoreDNS from the tenant's ClusterResourceSet",
+			// Cilium too comes from the ClusterResourceSet, not from Helm:
+			// the manifest alone makes the same tenant.
+			Name:  "wait for CoreDNS and Cilium from the tenant's ClusterResourceSet",
 			Apply: func(ctx context.Context) error { return waitTenantAddons(ctx, m, ns, name, o.timeout()) },
 		})
+	} else {
+		steps = append(steps, c.ciliumStep())
 	}
-	steps = append(steps, step.Step{
+	if len(r.Autoscaler) > 0 {
+		steps = append(steps, step.Step{
+			Name:  "apply cluster-autoscaler",
+			Plan:  func(ctx context.Context) ([]string, error) { return plan(ctx, m, r.Autoscaler) },
+			Apply: func(ctx context.Context) error { return apply(ctx, m, r.Autoscaler) },
+		})
+	}
+	return steps
+}
+
+// ciliumStep installs a kubeadm cluster's Cilium with Helm.
+func (c *createRun) ciliumStep() step.Step {
+	o := c.o
+	return step.Step{
 		Name: "install Cilium " + c.cilium.Release.Chart.Version,
 		Plan: func(ctx context.Context) ([]string, error) {
 			kc, found, err := c.workloadKubeconfig(ctx)
@@ -292,15 +320,7 @@ func (c *createRun) steps() []step.Step {
 			return []string{p}, nil
 		},
 		Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return c.cilium.Install(ctx, kc, o.timeout()) }),
-	})
-	if len(r.Autoscaler) > 0 {
-		steps = append(steps, step.Step{
-			Name:  "apply cluster-autoscaler",
-			Plan:  func(ctx context.Context) ([]string, error) { return plan(ctx, m, r.Autoscaler) },
-			Apply: func(ctx context.Context) error { return apply(ctx, m, r.Autoscaler) },
-		})
 	}
-	return steps
 }
 
 // onWorkload is a step's Apply that needs the workload kubeconfig

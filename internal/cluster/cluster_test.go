@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -120,7 +121,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 	}
 	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{ownerKey}
 	pins := versions.MustGet()
-	repo := standin.ServeRepo(t, standin.Package(t, t.TempDir(), standin.Cilium, pins.Cilium))
+	repo := standin.ServeRepo(t, standin.UpstreamChart(t, t.TempDir(), standin.Cilium))
 	lab.Management.Stack.ChartRepos.Cilium = repo.URL
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -183,18 +184,32 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		if repo.Requests() != 1 {
 			t.Errorf("chart downloads = %d, want 1", repo.Requests())
 		}
-		// What the (stand-in) chart rendered from those values, in the
+		// What the real chart rendered from those values, in the
 		// workload cluster.
-		cm := get(t, newClient(t, workload), "v1", "ConfigMap", "kube-system", "cilium-config")
+		wc := newClient(t, workload)
+		cm := get(t, wc, "v1", "ConfigMap", "kube-system", "cilium-config")
 		data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
-		for k, v := range map[string]string{"ipam": "kubernetes", "k8s-service-host": lab.Clusters[0].ControlPlane.Endpoint,
-			"k8s-service-port": "6443", "ipv4-native-routing-cidr": "10.244.0.0/16", "operator-replicas": "1"} {
+		for k, v := range map[string]string{"ipam": "kubernetes", "ipv4-native-routing-cidr": "10.244.0.0/16"} {
 			if data[k] != v {
 				t.Errorf("cilium-config %s = %q, want %q", k, data[k], v)
 			}
 		}
 		if _, ok := data["cluster-pool-ipv4-cidr"]; ok {
 			t.Errorf("cilium-config has a cluster-pool CIDR with kubernetes IPAM: %v", data)
+		}
+		// The agent reaches the API server at the VIP, not through the
+		// kubernetes Service it has yet to make work.
+		ds := get(t, wc, "apps/v1", "DaemonSet", "kube-system", "cilium")
+		env := containerEnv(ds)
+		if h, p := env["cilium-agent KUBERNETES_SERVICE_HOST"], env["cilium-agent KUBERNETES_SERVICE_PORT"]; h != lab.Clusters[0].ControlPlane.Endpoint || fmt.Sprint(p) != "6443" {
+			t.Errorf("the Cilium agent reaches the API server at %v:%v, want %s:6443", h, p, lab.Clusters[0].ControlPlane.Endpoint)
+		}
+		op := get(t, wc, "apps/v1", "Deployment", "kube-system", "cilium-operator")
+		if n, _, _ := unstructured.NestedInt64(op.Object, "spec", "replicas"); n != 1 {
+			t.Errorf("cilium-operator replicas = %d, want 1", n)
+		}
+		if sel, _, _ := unstructured.NestedStringMap(op.Object, "spec", "template", "spec", "nodeSelector"); sel[clusterapi.ControlPlaneRoleLabel] != "" || len(sel) == 0 {
+			t.Errorf("cilium-operator nodeSelector = %v, want the control-plane role", sel)
 		}
 	})
 
@@ -240,7 +255,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 	}
 
 	t.Run("re-create changes nothing", func(t *testing.T) {
-		r, err := cluster.Render(lab, "lab1")
+		r, err := cluster.Render(lab, "lab1", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -511,7 +526,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 	})
 
 	t.Run("dry runs change nothing", func(t *testing.T) {
-		r, _ := cluster.Render(lab, "lab1")
+		r, _ := cluster.Render(lab, "lab1", nil)
 		objs := append(append([]*unstructured.Unstructured{}, r.Objects...), r.Autoscaler...)
 		before := rvs(t, mc, objs)
 		dry := opts
@@ -565,7 +580,7 @@ func TestCreateScaleListDeleteAgainstRealAPI(t *testing.T) {
 		fixed.Clusters = slices.Clone(lab.Clusters)
 		fixed.Clusters[0].Pools = slices.Clone(lab.Clusters[0].Pools)
 		fixed.Clusters[0].Pools[0].Min, fixed.Clusters[0].Pools[0].Max = 3, 3
-		r, err := cluster.Render(&fixed, "lab1")
+		r, err := cluster.Render(&fixed, "lab1", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -818,7 +833,7 @@ func TestRenderRefusesALineThatIsNoPublicKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	lab.Management.SSHPublicKeys, lab.Management.SSHPublicKeyFile = nil, f
-	_, err = cluster.Render(lab, "lab1")
+	_, err = cluster.Render(lab, "lab1", nil)
 	if err == nil || !strings.Contains(err.Error(), "management.sshPublicKeyFile: "+f+" line 3 is not an SSH public key") {
 		t.Fatalf("Render = %v; want line 3 refused, naming the field and file", err)
 	}

@@ -57,7 +57,7 @@ func mixedLab(t *testing.T) (*config.Lab, map[string]string) {
 // the fix.
 func TestCredentialsFromLabFiles(t *testing.T) {
 	lab, files := mixedLab(t)
-	r, err := Render(lab, "lab1")
+	r, err := Render(lab, "lab1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestPrintObjectsShowsNoCredentials(t *testing.T) {
 	lab, files := mixedLab(t)
 	io, _, out, _ := ui.Test()
 	io.Err = out
-	if err := PrintObjects(io, lab, "lab1", "yaml"); err != nil {
+	if err := PrintObjects(t.Context(), io, lab, "lab1", "yaml"); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()
@@ -162,7 +162,7 @@ func TestPrintObjectsShowsNoCredentials(t *testing.T) {
 
 // secrets renders lab1 of lab and returns its credentials Secrets.
 func secrets(lab *config.Lab) ([]*unstructured.Unstructured, error) {
-	r, err := Render(lab, "lab1")
+	r, err := Render(lab, "lab1", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/credentials"
+	"github.com/labctl/labctl/internal/helm"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
@@ -721,15 +722,27 @@ func ExportKubeconfig(ctx context.Context, o Options, e kube.ExportOptions) erro
 
 // PrintObjects prints the objects create would apply, as yaml or json,
 // without a management cluster.
-func PrintObjects(o *ui.IO, lab *config.Lab, name, format string) error {
+func PrintObjects(ctx context.Context, o *ui.IO, lab *config.Lab, name, format string) error {
 	pins, err := versions.Get()
 	if err != nil {
+		return err
+	}
+	c, err := lab.Cluster(name)
+	if err != nil {
+		return err
+	}
+	// A tenant's manifest is whole only with its Cilium: no output rather
+	// than one that makes a tenant without a CNI.
+	cilium, err := TenantCilium(ctx, lab, c)
+	if offline := (*helm.UnreachableError)(nil); errors.As(err, &offline) {
+		return ciliumUnreachable(err)
+	} else if err != nil {
 		return err
 	}
 	// The hosts' credentials Secrets are printed without their data (the
 	// annotation names the hypervisor whose files fill them), so their
 	// files are not read.
-	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: name, Credentials: credentials.Withheld{Files: credentials.Files{Lab: lab}}, Pins: pins})
+	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: name, Credentials: credentials.Withheld{Files: credentials.Files{Lab: lab}}, Pins: pins, Cilium: cilium})
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func TestAutoscalerRBACAllowsScaling(t *testing.T) {
 	if !sharedRole {
 		t.Fatalf("mgmt install's cluster-autoscaler RBAC has no ClusterRole %s, which every cluster's autoscaler binds", clusterapi.SharedClusterRole)
 	}
-	r, err := cluster.Render(lab, "lab1")
+	r, err := cluster.Render(lab, "lab1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestTenantScaleEditsTheTopology(t *testing.T) {
 	}
 	mc := newClient(t, env)
 	lab := tenantsLab(t)
-	r, err := cluster.Render(lab, "tenant1")
+	r, err := cluster.Render(lab, "tenant1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestTenantDeleteStopsTheControlPlaneFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	lab := tenantsLab(t)
-	r, err := cluster.Render(lab, "tenant1")
+	r, err := cluster.Render(lab, "tenant1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -171,7 +171,7 @@ func newUpgradeRun(ctx context.Context, o UpgradeOptions) (*upgradeRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := Render(lab, name)
+	r, err := Render(lab, name, nil) // a kubeadm cluster: its Cilium is a Helm release
 	if err != nil {
 		return nil, err
 	}

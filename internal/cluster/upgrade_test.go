@@ -97,7 +97,7 @@ func TestUpgradePreflightPlanFailureAndResume(t *testing.T) {
 	}
 	srv := pvetest.New(t)
 	pins := versions.MustGet()
-	repo := standin.ServeRepo(t, standin.Package(t, t.TempDir(), standin.Cilium, pins.Cilium))
+	repo := standin.ServeRepo(t, standin.UpstreamChart(t, t.TempDir(), standin.Cilium))
 	lab := upgradeLab(t, srv, repo.URL)
 	mc := newClient(t, env)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
@@ -109,7 +109,7 @@ func TestUpgradePreflightPlanFailureAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := cluster.Render(old, "lab1")
+	r, err := cluster.Render(old, "lab1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

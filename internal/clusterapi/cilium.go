@@ -36,19 +36,30 @@ const (
 //     a tenant has no control-plane node, so the operator runs on a
 //     worker, and at the chart's default, system-cluster-critical, it
 //     would keep the last one (embedded/manifests/tenant/addons.yaml).
+//   - for a tenant, hubble.tls.auto.method cronJob, with certgen at
+//     TenantAddonPriorityClass: a tenant's Cilium is a manifest in its
+//     ClusterResourceSet (tenantAddons), and the chart's default method,
+//     helm, writes a new CA and keys into every render, which would put
+//     private keys in a ConfigMap and in the printed manifest, and change
+//     the ConfigMap on every 'cluster create'. cronJob makes them inside
+//     the tenant (Cilium's certgen Job), at a priority that raises no
+//     pool.
 func CiliumValues(lab *config.Lab, c *config.Cluster) map[string]any {
 	host, port := Endpoint(lab, c)
 	operator := map[string]any{"replicas": 1}
-	if c.Kamaji() {
-		operator["priorityClassName"] = TenantAddonPriorityClass
-	} else {
-		operator["nodeSelector"] = map[string]any{ControlPlaneRoleLabel: ""}
-	}
-	return map[string]any{
+	v := map[string]any{
 		"ipam":                  map[string]any{"mode": "kubernetes"},
 		"ipv4NativeRoutingCIDR": c.PodCIDR,
 		"k8sServiceHost":        host,
 		"k8sServicePort":        port,
 		"operator":              operator,
 	}
+	if c.Kamaji() {
+		operator["priorityClassName"] = TenantAddonPriorityClass
+		v["hubble"] = map[string]any{"tls": map[string]any{"auto": map[string]any{"method": "cronJob"}}}
+		v["certgen"] = map[string]any{"priorityClassName": TenantAddonPriorityClass}
+	} else {
+		operator["nodeSelector"] = map[string]any{ControlPlaneRoleLabel: ""}
+	}
+	return v
 }

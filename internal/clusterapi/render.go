@@ -64,6 +64,11 @@ type Input struct {
 	// public keys, put on every node, and the libvirt hosts' credentials.
 	Credentials Credentials
 	Pins        versions.Pins
+	// Cilium is a tenant's Cilium, its chart rendered with CiliumValues
+	// (cluster.TenantCilium): its ClusterResourceSet applies it inside
+	// the tenant, so the manifest alone gives the tenant its CNI. Empty
+	// leaves it out of the manifest (a render that applies nothing).
+	Cilium []byte
 }
 
 // Credentials reads what the objects need from outside lab.yaml, as

@@ -46,13 +46,22 @@ func TenantAddonsName(cluster string) string { return cluster + "-addons" }
 // tenantAddonsKey is the ConfigMap key holding the addons' manifest.
 const tenantAddonsKey = "addons.yaml"
 
-// tenantAddons adds the tenant's addons (TenantAddons) to its manifest
-// as Cluster API delivers them: a ConfigMap holding them and a
-// ClusterResourceSet that applies it inside the tenant once its control
-// plane is initialized, and again whenever the ConfigMap changes
-// (strategy Reconcile: a new CoreDNS pin reaches running tenants). So
-// 'kubectl apply' of the manifest alone gives the tenant its DNS, as
-// 'cluster create' does.
+// TenantCiliumName names the ConfigMap holding a tenant's Cilium, which
+// its ClusterResourceSet applies after the addons (whose PriorityClass
+// Cilium's operator runs at).
+func TenantCiliumName(cluster string) string { return cluster + "-cilium" }
+
+// tenantCiliumKey is the ConfigMap key holding Cilium's manifest.
+const tenantCiliumKey = "cilium.yaml"
+
+// tenantAddons adds the tenant's addons (TenantAddons) and its Cilium
+// (Input.Cilium) to its manifest as Cluster API delivers them: a
+// ConfigMap holding each and a ClusterResourceSet that applies them
+// inside the tenant once its control plane is initialized, and again
+// whenever a ConfigMap changes (strategy Reconcile: a new CoreDNS or
+// Cilium pin reaches running tenants). So 'kubectl apply' of the
+// manifest alone gives the tenant its DNS and its CNI, as 'cluster
+// create' does.
 func (r *renderer) tenantAddons() error {
 	objs, err := TenantAddons(r.c, r.in.Pins)
 	if err != nil {
@@ -67,22 +76,34 @@ func (r *renderer) tenantAddons() error {
 		docs[i] = string(b)
 	}
 	name := TenantAddonsName(r.c.Name)
-	cm := &corev1.ConfigMap{
+	cms := []*corev1.ConfigMap{{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: r.meta(name),
 		Data:       map[string]string{tenantAddonsKey: strings.Join(docs, "---\n")},
+	}}
+	// A ConfigMap of its own: Cluster API keeps a hash per resource, so a
+	// new CoreDNS pin does not apply Cilium again, nor the other way.
+	if len(r.in.Cilium) > 0 {
+		cms = append(cms, &corev1.ConfigMap{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: r.meta(TenantCiliumName(r.c.Name)),
+			Data:       map[string]string{tenantCiliumKey: string(r.in.Cilium)},
+		})
 	}
 	crs := &addonsv1.ClusterResourceSet{
 		TypeMeta:   typeMeta(ClusterResourceSetGVK),
 		ObjectMeta: r.meta(name),
 		Spec: addonsv1.ClusterResourceSetSpec{
 			ClusterSelector: metav1.LabelSelector{MatchLabels: map[string]string{ClusterNameLabel: r.c.Name}},
-			Resources:       []addonsv1.ResourceRef{{Kind: "ConfigMap", Name: name}},
 			Strategy:        string(addonsv1.ClusterResourceSetStrategyReconcile),
 		},
 	}
-	if err := r.add(cm); err != nil {
-		return err
+	for _, cm := range cms {
+		// In this order: Cluster API applies the resources as listed.
+		crs.Spec.Resources = append(crs.Spec.Resources, addonsv1.ResourceRef{Kind: "ConfigMap", Name: cm.Name})
+		if err := r.add(cm); err != nil {
+			return err
+		}
 	}
 	return r.add(crs)
 }

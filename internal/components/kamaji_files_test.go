@@ -117,16 +117,7 @@ func TestKamajiFilesAreCurrent(t *testing.T) {
 		}
 		file := components.KamajiChartFile(pins)
 		if *updateKamaji {
-			dir := t.TempDir()
-			out, err := chartutil.Save(want, dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data, err := os.ReadFile(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			writeEmbedded(t, root, file, data)
+			writeChart(t, root, file, want)
 			return
 		}
 		data, err := embedded.FS.ReadFile(file)
@@ -137,20 +128,30 @@ func TestKamajiFilesAreCurrent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h, w := chartFiles(t, have), chartFiles(t, want); !reflect.DeepEqual(h, w) {
-			for name := range w {
-				if h[name] != w[name] {
-					t.Errorf("embedded/%s: %s differs from the packaged source", file, name)
-				}
-			}
-			for name := range h {
-				if _, ok := w[name]; !ok {
-					t.Errorf("embedded/%s: %s is not in the source", file, name)
-				}
-			}
-			t.Error("run this test with -update-kamaji")
-		}
+		sameChart(t, "embedded/"+file, have, "the packaged source", want, "-update-kamaji")
 	})
+}
+
+// sameChart fails unless chart have (named haveName) holds what want
+// (wantName) holds, naming each file that differs and the flag that
+// rewrites have.
+func sameChart(t *testing.T, haveName string, have *chart.Chart, wantName string, want *chart.Chart, update string) {
+	t.Helper()
+	h, w := chartFiles(t, have), chartFiles(t, want)
+	if reflect.DeepEqual(h, w) {
+		return
+	}
+	for name := range w {
+		if h[name] != w[name] {
+			t.Errorf("%s: %s differs from %s", haveName, name, wantName)
+		}
+	}
+	for name := range h {
+		if _, ok := w[name]; !ok {
+			t.Errorf("%s: %s is not in %s", haveName, name, wantName)
+		}
+	}
+	t.Errorf("run this test with %s", update)
 }
 
 // chartFiles is a chart's content by file name.
@@ -173,6 +174,20 @@ func chartFiles(t *testing.T, ch *chart.Chart) map[string]string {
 		out["dependencies"] = "present"
 	}
 	return out
+}
+
+// writeChart packages ch as embedded/<name>.
+func writeChart(t *testing.T, root, name string, ch *chart.Chart) {
+	t.Helper()
+	out, err := chartutil.Save(ch, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeEmbedded(t, root, name, data)
 }
 
 func writeEmbedded(t *testing.T, root, name string, data []byte) {

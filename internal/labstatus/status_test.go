@@ -362,7 +362,7 @@ func standInClusters(ctx context.Context, t *testing.T, env *testbed.Env, mgmt *
 	}
 	var lab1MD *unstructured.Unstructured
 	for _, name := range []string{"lab1", "tenant1"} {
-		r, err := cluster.Render(lab, name)
+		r, err := cluster.Render(lab, name, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -194,7 +194,7 @@ func TestDownRefusesWhileClustersExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	example.Management.SSHPublicKeyFile, example.Management.SSHPublicKeys = "", []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop"}
-	r, err := cluster.Render(example, "lab1")
+	r, err := cluster.Render(example, "lab1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -470,7 +470,7 @@ func (in *installer) autoscalerSteps(p *UpgradePlan) []step.Step {
 }
 
 func autoscalerObjects(lab *config.Lab, name string) ([]*unstructured.Unstructured, error) {
-	r, err := cluster.Render(lab, name)
+	r, err := cluster.Render(lab, name, nil) // the autoscaler only
 	if err != nil {
 		return nil, err
 	}

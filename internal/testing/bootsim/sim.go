@@ -765,14 +765,14 @@ const CiliumTaint = "node.cilium.io/agent-not-ready"
 // patch of spec.taints) once nodeHasCiliumPod finds a Pod labelled
 // k8s-app=cilium on that Node, not being deleted, whose latest Ready
 // condition is True; on by default (--remove-cilium-node-taints,
-// operator/cmd/flags.go; the chart's operator.removeNodeTaints: true). It acts only once labctl has installed the Cilium
-// release, found as Helm's Secret storage driver keeps a release
-// (helm.sh/helm/v3 pkg/storage/driver/secrets.go: a Secret of type
-// helm.sh/release.v1 labelled owner=helm, name=<release>,
-// status=deployed), in kube-system where labctl installs it
-// (internal/clusterapi/cilium.go). A Node's agent is taken to be ready
-// ciliumDelay after the later of the Node's registration and the
-// release's deployment.
+// operator/cmd/flags.go; the chart's operator.removeNodeTaints: true).
+// It acts only once Cilium is installed, found by the chart's ConfigMap
+// cilium-config in kube-system (the chart's templates/cilium-configmap.yaml),
+// which both ways labctl installs Cilium make: a
+// Helm release for a kubeadm cluster, a tenant's ClusterResourceSet
+// (internal/clusterapi). A Node's agent is taken to be ready ciliumDelay
+// after the later of the Node's registration and the ConfigMap's
+// creation.
 func (s *Sim) ciliumLoop(w *workload) {
 	for {
 		select {
@@ -787,19 +787,11 @@ func (s *Sim) ciliumLoop(w *workload) {
 }
 
 func (s *Sim) liftCiliumTaints(ctx context.Context, w *workload) {
-	secs, err := w.cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=cilium,status=deployed"})
-	if err != nil || len(secs.Items) == 0 {
+	cm, err := w.cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "cilium-config", metav1.GetOptions{})
+	if err != nil {
 		return
 	}
-	var deployed time.Time
-	for _, sec := range secs.Items {
-		if sec.Type == "helm.sh/release.v1" && (deployed.IsZero() || sec.CreationTimestamp.Time.Before(deployed)) {
-			deployed = sec.CreationTimestamp.Time
-		}
-	}
-	if deployed.IsZero() {
-		return
-	}
+	deployed := cm.CreationTimestamp.Time
 	nodes, err := w.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return

@@ -39,7 +39,6 @@ import (
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
 	"github.com/labctl/labctl/internal/testing/testbed/runner"
-	"github.com/labctl/labctl/internal/testing/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
 )
@@ -194,11 +193,8 @@ func TestLab1MachinesBoot(t *testing.T) {
 	}
 
 	// labctl installs Cilium with its own code (cluster create's step),
-	// from the offline folder holding the stand-in chart at the pinned
-	// version: the stand-in agent lifts the taint, the scheduler places
-	// the pod on the worker and kwok runs it.
-	lab.Management.Stack.OfflineDir = t.TempDir()
-	standin.Package(t, lab.Management.Stack.OfflineDir, standin.Cilium, versions.MustGet().Cilium)
+	// the real chart labctl carries: the stand-in operator lifts the
+	// taint, the scheduler places the pod on the worker and kwok runs it.
 	lab1, err := lab.Cluster("lab1")
 	if err != nil {
 		t.Fatal(err)
@@ -557,7 +553,6 @@ func lab1Lifecycle(t testing.TB, shape labShape) *scaletest.Report {
 		t.Fatalf("lab1's allowedNodes %v, want pv1-1 and %s", lab1.AllowedNodes, secondNode)
 	}
 	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{sshKey}
-	pins := versions.MustGet()
 	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 	defer cancel()
 	// labctl's own libvirt provider, for the KVM pool added at the end;
@@ -565,11 +560,6 @@ func lab1Lifecycle(t testing.TB, shape labShape) *scaletest.Report {
 	startLibvirtProvider(ctx, t, e, nil)
 
 	applySharedRole(ctx, t, e)
-
-	// Cilium's chart cannot be fetched here: the stand-in chart, at the
-	// pinned version, in the offline folder create reads it from.
-	lab.Management.Stack.OfflineDir = t.TempDir()
-	standin.Package(t, lab.Management.Stack.OfflineDir, standin.Cilium, pins.Cilium)
 
 	io, _, _, errb := ui.Test()
 	dir := t.TempDir()
@@ -803,12 +793,29 @@ func nothingLeft(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab,
 			t.Errorf("VM %d %s left in the fake PVE after delete", v.ID, v.Name())
 		}
 	}
+	// Kamaji's Secrets beside a tenant's TenantControlPlane are its
+	// dependents: the garbage collector removes them after it, shortly
+	// after delete returns. Anything else must be gone already.
 	var secrets corev1.SecretList
-	if err := e.cl.List(ctx, &secrets, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		if err := e.cl.List(ctx, &secrets, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		owned := 0
+		for _, s := range secrets.Items {
+			for _, o := range s.OwnerReferences {
+				if o.Kind == clusterapi.TenantControlPlaneGVK.Kind {
+					owned++
+					break
+				}
+			}
+		}
+		if owned == 0 || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, s := range secrets.Items {
-		t.Errorf("Secret %s/%s (type %s) left after delete", ns, s.Name, s.Type)
+		t.Errorf("Secret %s/%s (type %s, owners %v) left after delete", ns, s.Name, s.Type, s.OwnerReferences)
 	}
 	if p := e.box.Runner.Proc(ns, clusterapi.AutoscalerName); p != nil && p.Running() {
 		t.Errorf("the autoscaler still runs after delete")

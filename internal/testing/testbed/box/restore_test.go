@@ -35,9 +35,7 @@ import (
 	"github.com/labctl/labctl/internal/testing/libvirttest"
 	"github.com/labctl/labctl/internal/testing/nodeimage"
 	"github.com/labctl/labctl/internal/testing/pvetest"
-	"github.com/labctl/labctl/internal/testing/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
-	"github.com/labctl/labctl/internal/versions"
 )
 
 // The KVM host of the backup test: a test libvirtd of its own (libvirt's
@@ -77,7 +75,6 @@ func TestBackupRestoreOntoANewBox(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	withKVMPool(t, lab, d)
 	labFile := writeLab(t, lab)
-	pins := versions.MustGet()
 	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 	defer cancel()
 
@@ -85,17 +82,12 @@ func TestBackupRestoreOntoANewBox(t *testing.T) {
 	rpcA := &libvirttest.Cutter{}
 	_, stopProviderA := startLibvirtProvider(ctx, t, e, testHost(rpcA))
 	applySharedRole(ctx, t, e)
-	lab.Management.Stack.OfflineDir = t.TempDir()
-	standin.Package(t, lab.Management.Stack.OfflineDir, standin.Cilium, pins.Cilium)
 	io, _, _, errb := ui.Test()
 	opts := cluster.Options{IO: io, Lab: lab, Name: "lab1", Mgmt: e.kc,
 		KubeconfigDir: t.TempDir(), Timeout: 6 * time.Minute}
 	if err := cluster.Create(ctx, opts); err != nil {
 		t.Fatalf("labctl cluster create lab1: %v\n%s\nVM boot failures: %v", err, errb.String(), e.sim.Failures())
 	}
-	// Only create reads Cilium's chart there; the stack renders from the
-	// network again (what capmoxProcess and applySharedRole read).
-	lab.Management.Stack.OfflineDir = ""
 	wcs := workloadClient(ctx, t, e)
 	kubeletFor(ctx, t, e, wcs, 1)
 	machinesRunning(ctx, t, e, 2)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +33,6 @@ import (
 	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/runner"
-	"github.com/labctl/labctl/internal/testing/testbed/standin"
 	"github.com/labctl/labctl/internal/ui"
 	"github.com/labctl/labctl/internal/versions"
 )
@@ -153,8 +153,8 @@ type createdTenant struct {
 }
 
 // createTenant runs labctl cluster create for the lab's tenant name and
-// checks the tenant (checkTenant), with Cilium's release, which create
-// installs.
+// checks the tenant (checkTenant): its Cilium came from its
+// ClusterResourceSet, so no Helm release of it is there.
 func createTenant(ctx context.Context, t *testing.T, e *bootEnv, name, platform string) createdTenant {
 	t.Helper()
 	io, _, _, errb := ui.Test()
@@ -165,17 +165,18 @@ func createTenant(ctx context.Context, t *testing.T, e *bootEnv, name, platform 
 	t.Logf("labctl cluster create %s: %.0fs", name, time.Since(start).Seconds())
 	ct := checkTenant(ctx, t, e, opts, platform, filepath.Join(dir, name+".kubeconfig"))
 	ct.errb = errb
-	if rel, err := ct.wcs.CoreV1().Secrets(clusterapi.CiliumNamespace).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + clusterapi.CiliumRelease + ",status=deployed"}); err != nil || len(rel.Items) != 1 {
-		t.Errorf("Cilium's Helm release in %s: %v, %v", name, rel, err)
+	if rel, err := ct.wcs.CoreV1().Secrets(clusterapi.CiliumNamespace).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm"}); err != nil || len(rel.Items) != 0 {
+		t.Errorf("Helm releases in %s: %v, %v; want none (Cilium comes from the ClusterResourceSet)", name, rel, err)
 	}
 	return ct
 }
 
 // checkTenant checks what a user of tenant opts.Name would see: the
 // kubeconfig at path names the management VM's address and the tenant's
-// port and reaches the tenant there, with kubeadm's state and labctl's
+// port and reaches the tenant there, with kubeadm's state, labctl's
 // CoreDNS below the autoscaler's cutoff (Kamaji's addon, at
-// system-cluster-critical, would keep the last worker) inside; and one
+// system-cluster-critical, would keep the last worker) and Cilium aimed
+// at the tenant's endpoint inside; and one
 // Cluster of labctl's class for the platform, made by the topology
 // controller, whose TenantControlPlane it reads.
 func checkTenant(ctx context.Context, t *testing.T, e *bootEnv, opts cluster.Options, platform, path string) createdTenant {
@@ -211,6 +212,23 @@ func checkTenant(ctx context.Context, t *testing.T, e *bootEnv, opts cluster.Opt
 	if pc != clusterapi.TenantAddonPriorityClass {
 		t.Errorf("%s's CoreDNS runs at PriorityClass %q, want %s", name, pc, clusterapi.TenantAddonPriorityClass)
 	}
+	// Cilium's agents reach the tenant's API server at its endpoint,
+	// not through the kubernetes Service they have yet to make work (the
+	// chart's KUBERNETES_SERVICE_HOST and _PORT).
+	var ds *appsv1.DaemonSet
+	waitUntil(ctx, t, time.Minute, name+"'s Cilium agent DaemonSet", func() {}, func() (bool, string) {
+		ds, err = wcs.AppsV1().DaemonSets(clusterapi.CiliumNamespace).Get(ctx, "cilium", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	env := map[string]string{}
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		for _, v := range c.Env {
+			env[c.Name+" "+v.Name] = v.Value
+		}
+	}
+	if h, p := env["cilium-agent KUBERNETES_SERVICE_HOST"], env["cilium-agent KUBERNETES_SERVICE_PORT"]; h != e.lab.Management.IP || p != strconv.Itoa(ct.port) {
+		t.Errorf("%s's Cilium agent reaches the API server at %s:%s, want %s:%d", name, h, p, e.lab.Management.IP, ct.port)
+	}
 	cl := get(ctx, t, e.cl, "cluster.x-k8s.io", "Cluster", clusterapi.Namespace(name), name)
 	if class, _, _ := unstructured.NestedString(cl.Object, "spec", "topology", "classRef", "name"); class != clusterapi.TenantClass(platform) {
 		t.Errorf("%s's Cluster has class %q, want %s", name, class, clusterapi.TenantClass(platform))
@@ -231,7 +249,7 @@ func checkTenant(ctx context.Context, t *testing.T, e *bootEnv, opts cluster.Opt
 // tenant3 --dry-run -o yaml' prints the manifest, and the test bed's
 // kubectl applies it to the management cluster, with nothing of labctl
 // after. The tenant comes up with its control plane, kubeadm's state,
-// CoreDNS and its autoscaler, all from that manifest.
+// CoreDNS, Cilium and its autoscaler, all from that manifest.
 func kubectlTenant(ctx context.Context, t *testing.T, e *bootEnv) createdTenant {
 	t.Helper()
 	const name = "tenant3"
@@ -289,7 +307,7 @@ func kubectlTenant(ctx context.Context, t *testing.T, e *bootEnv) createdTenant 
 	io, _, _, errb = ui.Test()
 	ct := checkTenant(ctx, t, e, cluster.Options{IO: io, Lab: e.lab, Name: name, Mgmt: e.kc, KubeconfigDir: t.TempDir(), Timeout: 6 * time.Minute}, config.PlatformProxmox, path)
 	ct.errb = errb
-	t.Logf("kubectl apply of %s until CoreDNS: %.0fs", name, time.Since(start).Seconds())
+	t.Logf("kubectl apply of %s until CoreDNS and Cilium: %.0fs", name, time.Since(start).Seconds())
 	// Its autoscaler, from the same manifest, runs against it.
 	autoscalerRunsAsRendered(ctx, t, e, name, ct.wcs)
 	return ct
@@ -327,9 +345,8 @@ func deleteTenant(ctx context.Context, t *testing.T, e *bootEnv, etcd *box.Etcd,
 // tenant1 on a free port (labShape.tenantPort), and what 'mgmt install'
 // adds for tenants: Kamaji, its provider and datastore (returned),
 // labctl's tenant ClusterClasses; for every cluster the autoscaler's
-// shared ClusterRole; the ServiceLB stand-in at the management VM's
-// address; and Cilium's stand-in chart in the offline folder create
-// reads it from.
+// shared ClusterRole; and the ServiceLB stand-in at the management VM's
+// address. Cilium is the real chart labctl carries.
 func tenantBox(ctx context.Context, t testing.TB, kvm bool) (*bootEnv, *box.Etcd) {
 	t.Helper()
 	box.Require(t, "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox", "kwok",
@@ -370,8 +387,6 @@ func tenantBox(ctx context.Context, t testing.TB, kvm bool) (*bootEnv, *box.Etcd
 	e.box.Runner.ServeLoadBalancers(lab.Management.IP)
 	applyStackPart(ctx, t, e, "tenant ClusterClasses", nil)
 	applySharedRole(ctx, t, e)
-	lab.Management.Stack.OfflineDir = t.TempDir()
-	standin.Package(t, lab.Management.Stack.OfflineDir, standin.Cilium, versions.MustGet().Cilium)
 	return e, etcd
 }
 

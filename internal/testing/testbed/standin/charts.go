@@ -1,6 +1,6 @@
 // Package standin holds the test bed's stand-ins for what cannot run here:
-// small Helm charts standing in for cert-manager, cluster-api-operator and
-// Cilium, a chart repository serving them on loopback, and helpers that
+// small Helm charts standing in for cert-manager and cluster-api-operator,
+// a chart repository serving them on loopback, and helpers that
 // play the controllers (the deployment controller, cluster-api-operator, k3s's
 // helm-controller) by writing the status they would write.
 //
@@ -32,8 +32,8 @@ var chartFiles embed.FS
 const (
 	CertManager        = "cert-manager"
 	ClusterAPIOperator = "cluster-api-operator"
-	// Cilium is the workload clusters' CNI; its stand-in only renders the
-	// cilium-config ConfigMap from the values it is given.
+	// Cilium is the workload clusters' CNI. It has no stand-in: labctl
+	// carries the real chart (UpstreamChart).
 	Cilium = "cilium"
 )
 

@@ -18,15 +18,18 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/repo"
 
+	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/upstream"
 	"github.com/labctl/labctl/internal/versions"
 )
 
-// UpstreamChart packages the REAL chart name (CertManager or
-// ClusterAPIOperator) from its module at labctl's pin into dir, as the
-// project's release makes it, and returns the archive's path:
+// UpstreamChart packages the REAL chart name (CertManager,
+// ClusterAPIOperator or Cilium) from its module at labctl's pin into dir,
+// as the project's release makes it, and returns the archive's path:
 //
+//   - cilium: install/kubernetes/cilium of github.com/cilium/cilium, the
+//     archive labctl carries (components.CiliumChart);
 //   - cert-manager: deploy/charts/cert-manager of
 //     github.com/cert-manager/cert-manager, with version and appVersion set
 //     to the release tag (its Chart.yaml says "set automatically by the
@@ -101,8 +104,17 @@ func upstreamChart(dir, name string) (string, error) {
 		}
 		ch.Metadata.Version = pins.ClusterAPIOperatorChartVersion()
 		ch.Metadata.AppVersion = ch.Metadata.Version
+	case Cilium:
+		// The archive labctl carries, which TestCiliumChartIsCurrent
+		// (internal/components) holds to Cilium's module at the pin.
+		data, err := components.CiliumChart(pins)
+		if err != nil {
+			return "", err
+		}
+		path := filepath.Join(dir, Cilium+"-"+pins.Cilium+".tgz")
+		return path, os.WriteFile(path, data, 0o644)
 	default:
-		return "", fmt.Errorf("no real chart %q (known: %s, %s)", name, CertManager, ClusterAPIOperator)
+		return "", fmt.Errorf("no real chart %q (known: %s, %s, %s)", name, CertManager, ClusterAPIOperator, Cilium)
 	}
 	return chartutil.Save(ch, dir)
 }
