@@ -482,7 +482,7 @@ func Text(s *ui.IO, rep *Report) func(w io.Writer) error {
 					rows = append(rows, []string{m.Name, "-", "-"})
 					continue
 				}
-				rows = append(rows, []string{m.Name, "+" + secs(m.AfterSeconds), "+" + secs(m.StepSeconds)})
+				rows = append(rows, []string{m.Name, signedSecs(m.AfterSeconds), signedSecs(m.StepSeconds)})
 			}
 			if err := s.Table(w, []string{"MILESTONE", "SINCE START", "STEP"}, rows); err != nil {
 				return err
@@ -499,3 +499,13 @@ func Text(s *ui.IO, rep *Report) func(w io.Writer) error {
 }
 
 func secs(s float64) string { return strconv.FormatFloat(s, 'f', 1, 64) + "s" }
+
+// signedSecs is an offset with its sign. A step can be negative: the
+// Node of a new machine may register before Cluster API marks the Machine
+// provisioned, the milestone before it.
+func signedSecs(s float64) string {
+	if s < 0 {
+		return secs(s)
+	}
+	return "+" + secs(s)
+}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/labctl/labctl/internal/ui"
 )
 
 func newState() *state {
@@ -115,5 +117,22 @@ func TestPhasesAndChartErrors(t *testing.T) {
 	w.CPU = "lots"
 	if _, err := inflatePod(w); err == nil || !strings.Contains(err.Error(), "scaleTest.workload.cpu") {
 		t.Errorf("bad cpu: %v", err)
+	}
+}
+
+// The timeline table signs each offset once: a milestone reached before
+// the one above it (a Node registered before its Machine is marked
+// provisioned, as on the box) shows a negative step, not "+-2.5s".
+func TestTextSignsNegativeSteps(t *testing.T) {
+	rep := &Report{Phases: []PhaseReport{{Name: "scale-up 1→3", Pass: true, Milestones: []Milestone{
+		{Name: "Machine provisioned", Reached: true, AfterSeconds: 16.9, StepSeconds: 15},
+		{Name: "Node registered", Reached: true, AfterSeconds: 14.4, StepSeconds: -2.5},
+	}}}}
+	io, _, out, _ := ui.Test()
+	if err := Text(io, rep)(out); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.Contains(got, "-2.5s") || strings.Contains(got, "+-") || !strings.Contains(got, "+16.9s") {
+		t.Errorf("the timeline reads:\n%s\nwant +16.9s and -2.5s, never +-", got)
 	}
 }
