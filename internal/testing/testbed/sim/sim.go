@@ -2,7 +2,9 @@
 // terminal (`make sim`, issue 11): the box (etcd, kube-apiserver,
 // kube-controller-manager, the runner and the cert-manager stand-in; no
 // provider manager until labctl installs one) and the strict fake PVE on
-// loopback with a test CA, plus the files labctl needs against them: a
+// loopback with a test CA, whose VMs the VM-boot sim boots (its guest
+// agent answers, cloud-init and kubeadm run as bootsim plays them), plus
+// the files labctl needs against them: a
 // kubeconfig, a lab.yaml and the offline folder of the real charts and
 // provider releases. Everything lives in the test's temporary folders and
 // goes when the test ends.
@@ -22,6 +24,7 @@ import (
 	"testing"
 
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/testing/bootsim"
 	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/testing/sshtest"
 	"github.com/labctl/labctl/internal/testing/testbed"
@@ -33,9 +36,12 @@ import (
 // The sim's lab is examples/lab.yaml moved onto loopback, as the box's
 // CAPMOX test moves it: PVE 192.168.0.8 becomes PVEAddr, the VM network
 // 192.168.4.0/24 becomes 127.77.0.0/24 (VIP 127.77.0.30, nodes
-// 127.77.0.40-59). Only the fake PVE listens on one of them.
+// 127.77.0.40-59). The fake PVE listens on one of them, and the VM-boot
+// sim's workload control plane on the VIP.
 const (
 	PVEAddr = "127.77.0.8"
+	// VIP is lab1's control-plane endpoint on loopback.
+	VIP = "127.77.0.30"
 	// LabName replaces the example's "home", so what labctl stores for
 	// the sim (under ~/.config/labctl/<lab>) never mixes with the
 	// person's own lab.
@@ -50,6 +56,9 @@ const (
 type Sim struct {
 	Box *box.Box
 	PVE *pvetest.Server
+	// Boot boots the fake PVE's VMs: a workload control plane on the
+	// VIP, workers that join it.
+	Boot *bootsim.Sim
 	// Kubeconfig is the box's admin kubeconfig (0600).
 	Kubeconfig string
 	// Lab is lab.yaml (0600); it names the secret's variable, never the
@@ -77,7 +86,8 @@ func Start(t testing.TB) *Sim {
 	t.Helper()
 	// Every manager labctl's Provider CRs bring up; the runner needs them
 	// once 'mgmt install' has run.
-	box.Require(t, "cluster-api-operator", "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster")
+	box.Require(t, "cluster-api-operator", "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster",
+		"cluster-autoscaler", "kwok")
 	dir := t.TempDir()
 	s := &Sim{
 		Lab:        filepath.Join(dir, "lab.yaml"),
@@ -97,8 +107,9 @@ func Start(t testing.TB) *Sim {
 	if err != nil {
 		t.Fatalf("sim: %v", err)
 	}
-	// No guest boots in the fake, so no guest agent ever answers.
-	s.PVE = pvetest.New(t, pvetest.WithAddr(PVEAddr+":0"), pvetest.WithCertificate(cert), pvetest.WithoutGuestAgent())
+	// The guest agent of image-builder's template answers once a VM
+	// runs; bootsim answers its cloud-init status.
+	s.PVE = pvetest.New(t, pvetest.WithAddr(PVEAddr+":0"), pvetest.WithCertificate(cert))
 	if err := os.WriteFile(s.CAFile, ca.PEM, 0o600); err != nil {
 		t.Fatalf("sim: writing the PVE CA: %v", err)
 	}
@@ -140,6 +151,12 @@ func Start(t testing.TB) *Sim {
 	s.PVE.AddVM("pv1-1", lab.Management.VMID, lab.Management.Name, 8192, true, false)
 	s.PVE.AddVM("pv1-1", 200, "owner-vm", 1024, false, false)
 
+	s.Boot = bootsim.Start(t, s.PVE, bootsim.WithFailureHandler(func(msg string) {
+		// A person is watching: say it there, and let the test fail at
+		// the end as a box test would.
+		fmt.Fprintln(os.Stderr, msg)
+		t.Errorf("%s", msg)
+	}))
 	s.Box = box.Start(t, box.Bare())
 	s.Kubeconfig = s.Box.Env.Kubeconfig
 	s.Kubectl = filepath.Join(testbed.Assets(t), "kubectl")
@@ -192,8 +209,13 @@ In another shell:
   labctl -c "$LAB" mgmt status --kubeconfig "$KUBECONFIG"
   labctl -c "$LAB" cluster create lab1 --kubeconfig "$KUBECONFIG"
   %s get clusters,machines,proxmoxmachines -A
+  labctl -c "$LAB" scale-test lab1 --kubeconfig "$KUBECONFIG"
+  labctl -c "$LAB" cluster delete lab1 --kubeconfig "$KUBECONFIG" --yes
+
+The fake PVE's VMs boot as the VM-boot sim plays them: lab1's control
+plane serves on its VIP %s, and its workers join it.
 
 Ctrl-C here stops everything and removes these files.
-`, s.PVE.URL, s.Kubeconfig, s.Lab, SecretEnv, s.SecretFile, s.Kubeconfig, s.Lab, s.OfflineDir, s.Kubectl)
+`, s.PVE.URL, s.Kubeconfig, s.Lab, SecretEnv, s.SecretFile, s.Kubeconfig, s.Lab, s.OfflineDir, s.Kubectl, VIP)
 	return b.String()
 }

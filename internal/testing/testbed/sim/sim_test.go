@@ -126,6 +126,16 @@ func TestSimOutput(t *testing.T) {
 	if _, err := sshkey.Authorized(lab.Management.SSHPublicKeys, lab.Management.SSHPublicKeyFile); err != nil {
 		t.Errorf("the sim's lab gives cluster create no SSH key: %v", err)
 	}
+	// The walk the instructions give, whose machines the VM-boot sim
+	// boots: lab1 on the VIP they name.
+	for _, step := range []string{"mgmt install", "cluster create lab1", "scale-test lab1", "cluster delete lab1"} {
+		if !strings.Contains(out, `labctl -c "$LAB" `+step+" ") {
+			t.Errorf("the sim's instructions lack 'labctl %s':\n%s", step, out)
+		}
+	}
+	if c, err := lab.Cluster("lab1"); err != nil || c.ControlPlane.Endpoint != sim.VIP || !strings.Contains(out, sim.VIP) {
+		t.Errorf("the sim's lab1 serves on %v (%v), and the instructions must name that VIP %s", c, err, sim.VIP)
+	}
 	px := lab.Hypervisors[0].Proxmox
 	if px == nil || px.URL != s.PVE.URL || px.TLS.CAFile != s.CAFile {
 		t.Fatalf("the sim's lab does not aim at the fake PVE %s with CA %s: %+v", s.PVE.URL, s.CAFile, px)
