@@ -35,7 +35,8 @@ cluster --kubeconfig names), in order, waiting for each piece:
   3. Cluster API providers    operator Provider CRs: core cluster-api, kubeadm
                               bootstrap and control plane, proxmox (CAPMOX, with
                               its credentials Secret, when the lab has a Proxmox
-                              hypervisor), in-cluster IPAM, and libvirt where
+                              hypervisor), in-cluster IPAM, and libvirt when a
+                              cluster or pool is on a libvirt host or
                               management.stack enables it (labctl's own
                               provider: its components come from this binary,
                               at labctl's version)
