@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,5 +118,22 @@ func explainDial(kubeconfig string, next func(ctx context.Context, network, addr
 			return conn, err
 		}
 		return nil, fmt.Errorf("the API server at %s (from kubeconfig %s) cannot be reached: %w; check that the cluster is up (for the management cluster: labctl mgmt status) and that the kubeconfig's server address is right", addr, kubeconfig, err)
+	}
+}
+
+// explainHang makes a server that accepted the connection and never
+// finished TLS name the kubeconfig and a fix, as explainDial does for one
+// that refused: net/http's own words are "net/http: TLS handshake
+// timeout" (client-go's transport gives the handshake 10 s).
+func explainHang(kubeconfig string) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			var ne net.Error
+			if err == nil || req.Context().Err() != nil || !errors.As(err, &ne) || !ne.Timeout() || !strings.Contains(err.Error(), "TLS handshake timeout") {
+				return resp, err
+			}
+			return nil, fmt.Errorf("the API server at %s (from kubeconfig %s) accepted the connection but did not answer TLS within 10s: %w; check that the cluster is up and not overloaded (for the management cluster: labctl mgmt status) and that the kubeconfig's server address is an API server", req.URL.Host, kubeconfig, err)
+		})
 	}
 }

@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,17 +140,7 @@ func TestConnectErrorsNameTheFile(t *testing.T) {
 
 // An unreachable server gives an error that says what was asked and where.
 func TestServerVersionUnreachable(t *testing.T) {
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	const cfg = `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`
-	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kc := tokenKubeconfig(t, "127.0.0.1:1")
 	c, err := kube.Connect(kc)
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +159,62 @@ current-context: x
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("List = %v: the cause is lost", err)
 	}
+}
+
+// A server that accepts the connection and never answers TLS (a hung
+// VM, a port that is not an API server) gets the same kind of error as
+// one that refuses: the kubeconfig and a fix, not net/http's bare "TLS
+// handshake timeout".
+func TestHungServerIsExplained(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn // accepted, never answered, closed at the end
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	kc := tokenKubeconfig(t, ln.Addr().String())
+	c, err := kube.Connect(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.List(ctx(t), schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}, "", "")
+	for _, want := range []string{"the API server at " + ln.Addr().String() + " (from kubeconfig " + kc + ") accepted the connection but did not answer", "labctl mgmt status"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("List = %v\nwant %q", err, want)
+		}
+	}
+}
+
+// tokenKubeconfig writes a kubeconfig for https://addr with a token, and
+// returns its path.
+func tokenKubeconfig(t *testing.T, addr string) string {
+	t.Helper()
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://` + addr + `"}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kc
 }
 
 func TestMgmtKubeconfigPath(t *testing.T) {
