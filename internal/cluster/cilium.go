@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -110,11 +111,9 @@ func (c *Cilium) Install(ctx context.Context, kubeconfig []byte, timeout time.Du
 }
 
 // TenantCilium is tenant c's Cilium as its ClusterResourceSet applies it
-// (clusterapi.Input.Cilium): the chart NewCilium names, rendered as
-// 'helm template' renders it for the tenant's Kubernetes version. A
-// kubeadm cluster gets nil: 'cluster create' installs its Cilium with
-// Helm once its control plane is up. A repository that does not answer
-// is a *helm.UnreachableError.
+// (clusterapi.Input.Cilium), rendered from the chart NewCilium names
+// (Manifest). A kubeadm cluster gets nil: 'cluster create' installs its
+// Cilium with Helm once its control plane is up.
 func TenantCilium(ctx context.Context, lab *config.Lab, c *config.Cluster) ([]byte, error) {
 	if !c.Kamaji() {
 		return nil, nil
@@ -123,16 +122,22 @@ func TenantCilium(ctx context.Context, lab *config.Lab, c *config.Cluster) ([]by
 	if err != nil {
 		return nil, err
 	}
+	return ci.Manifest(ctx, c)
+}
+
+// Manifest is the release rendered as 'helm template' renders it for
+// cluster c's Kubernetes version. A repository that does not answer is a
+// *helm.UnreachableError, wrapped in an error that says how to go on
+// without the network.
+func (ci *Cilium) Manifest(ctx context.Context, c *config.Cluster) ([]byte, error) {
 	// No cluster is reached: the render is client-only.
 	out, err := helm.New(&rest.Config{}).Render(ctx, ci.Release, c.KubernetesVersion)
-	if err != nil {
+	var offline *helm.UnreachableError
+	switch {
+	case errors.As(err, &offline):
+		return nil, fmt.Errorf("tenant %s's Cilium: %w; with management.stack.offlineDir naming a folder that holds the chart's archive, labctl renders it without the network (docs/mgmt.md, \"Air-gapped\")", c.Name, err)
+	case err != nil:
 		return nil, fmt.Errorf("tenant %s's Cilium: %w", c.Name, err)
 	}
 	return out, nil
-}
-
-// ciliumUnreachable says how to go on when the Cilium chart's repository
-// did not answer.
-func ciliumUnreachable(err error) error {
-	return fmt.Errorf("%w; with management.stack.offlineDir naming a folder that holds the chart's archive, labctl renders it without the network (docs/mgmt.md, \"Air-gapped\")", err)
 }

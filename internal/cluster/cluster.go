@@ -174,16 +174,16 @@ func newCreateRun(ctx context.Context, o Options) (*createRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	tenantCilium, err := TenantCilium(ctx, o.Lab, cl)
-	var offline *helm.UnreachableError
-	switch {
-	case errors.As(err, &offline) && o.DryRun && ctx.Err() == nil:
-		// The plan is still worth showing; the ConfigMap it lacks is named.
-		fmt.Fprintf(o.IO.Err, "not rendered: %v; the plan leaves out ConfigMap %s\n", ciliumUnreachable(err), clusterapi.TenantCiliumName(o.Name))
-	case errors.As(err, &offline):
-		return nil, ciliumUnreachable(err)
-	case err != nil:
-		return nil, err
+	var tenantCilium []byte
+	if cl.Kamaji() {
+		tenantCilium, err = cilium.Manifest(ctx, cl)
+		var offline *helm.UnreachableError
+		if errors.As(err, &offline) && o.DryRun && ctx.Err() == nil {
+			// The plan is still worth showing; the ConfigMap it lacks is named.
+			fmt.Fprintf(o.IO.Err, "not rendered: %v; the plan leaves out ConfigMap %s\n", err, clusterapi.TenantCiliumName(o.Name))
+		} else if err != nil {
+			return nil, err
+		}
 	}
 	r, err := Render(o.Lab, o.Name, tenantCilium)
 	if err != nil {

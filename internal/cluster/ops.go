@@ -23,7 +23,6 @@ import (
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/credentials"
-	"github.com/labctl/labctl/internal/helm"
 	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/step"
 	"github.com/labctl/labctl/internal/ui"
@@ -734,9 +733,7 @@ func PrintObjects(ctx context.Context, o *ui.IO, lab *config.Lab, name, format s
 	// A tenant's manifest is whole only with its Cilium: no output rather
 	// than one that makes a tenant without a CNI.
 	cilium, err := TenantCilium(ctx, lab, c)
-	if offline := (*helm.UnreachableError)(nil); errors.As(err, &offline) {
-		return ciliumUnreachable(err)
-	} else if err != nil {
+	if err != nil {
 		return err
 	}
 	// The hosts' credentials Secrets are printed without their data (the
