@@ -116,10 +116,7 @@ func (v *validator) size(p *field.Path, s Size, minCPUs int, minMem int64) {
 	} else if s.CPUs < minCPUs {
 		v.add(p.Child("cpus"), "must be at least %d here, got %d", minCPUs, s.CPUs)
 	}
-	// Compared as quantities, so 1e19 (past int64) is too large as well.
-	if q, err := resource.ParseQuantity(s.Memory); err == nil && q.Cmp(*resource.NewQuantity(MaxMemory, resource.BinarySI)) > 0 {
-		v.add(p.Child("memory"), "%s is too large: a VM gets at most 64Ti (more than any host holds); write a size such as 2Gi or 512Mi", s.Memory)
-	} else if q, ok := v.quantity(p.Child("memory"), s.Memory, "2Gi or 512Mi"); ok && q.Value() < minMem {
+	if q, ok := v.quantityUpTo(p.Child("memory"), s.Memory, "2Gi or 512Mi", MaxMemory); ok && q.Value() < minMem {
 		v.add(p.Child("memory"), "%s is too little; at least %s is needed", s.Memory, resource.NewQuantity(minMem, resource.BinarySI))
 	}
 	if q, ok := v.quantity(p.Child("disk"), s.Disk, "30Gi"); ok && q.Value() < 10<<30 {
@@ -128,9 +125,20 @@ func (v *validator) size(p *field.Path, s Size, minCPUs int, minMem int64) {
 }
 
 func (v *validator) quantity(p *field.Path, s, eg string) (resource.Quantity, bool) {
+	return v.quantityUpTo(p, s, eg, 0)
+}
+
+// quantityUpTo is quantity that also refuses more than upTo bytes (0:
+// no bound of its own), compared as quantities so that 1e19, past
+// int64, is too large as well.
+func (v *validator) quantityUpTo(p *field.Path, s, eg string, upTo int64) (resource.Quantity, bool) {
 	q, err := resource.ParseQuantity(s)
 	if err != nil || q.Sign() <= 0 {
 		v.add(p, "%q is not a positive quantity such as %s", s, eg)
+		return q, false
+	}
+	if upTo > 0 && q.Cmp(*resource.NewQuantity(upTo, resource.BinarySI)) > 0 {
+		v.add(p, "%s is too large: a VM gets at most %s (more than any host holds); write a size such as %s", s, resource.NewQuantity(upTo, resource.BinarySI), eg)
 		return q, false
 	}
 	// Past int64 bytes, Value() wraps round (1e19 would read as too
