@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,19 +149,23 @@ func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
 		}
 	})
 
-	t.Run("no-op re-run", func(t *testing.T) {
-		// The real controllers keep reconciling between the runs.
-		time.Sleep(5 * time.Second)
-		again := bedFor(b.Env)
-		o, err := install(t, again, lab, func(o *mgmt.InstallOptions) { o.OfflineDir, o.Charts = dir, mgmt.HelmSDK })
-		if err != nil {
-			t.Fatalf("re-run: %v\n%s", err, o.stderr.String())
-		}
-		if n := again.writes.Load(); n != 0 {
-			t.Errorf("the re-run made %d write requests; want 0:\n%s", n, o.stderr.String())
-		}
-		checkStepsOf(t, withLibvirt, o.stderr.String(), "up to date")
-	})
+	t.Run("no-op re-run", func(t *testing.T) { checkNoOpRerun(t, b, lab, dir, withLibvirt) })
+}
+
+// checkNoOpRerun: a second 'mgmt install', while the real controllers
+// keep reconciling, finds every component up to date and writes nothing.
+func checkNoOpRerun(t *testing.T, b *box.Box, lab *config.Lab, dir string, want []string) {
+	t.Helper()
+	time.Sleep(5 * time.Second)
+	again := bedFor(b.Env)
+	o, err := install(t, again, lab, func(o *mgmt.InstallOptions) { o.OfflineDir, o.Charts = dir, mgmt.HelmSDK })
+	if err != nil {
+		t.Fatalf("re-run: %v\n%s", err, o.stderr.String())
+	}
+	if n := again.writes.Load(); n != 0 {
+		t.Errorf("the re-run made %d write requests; want 0:\n%s", n, o.stderr.String())
+	}
+	checkStepsOf(t, want, o.stderr.String(), "up to date")
 }
 
 // libvirtDeployment is the libvirt provider's Deployment
@@ -276,4 +281,72 @@ func checkCAPMOXVerifies(t *testing.T, b *box.Box) {
 		t.Fatalf("nothing is mounted at %s in CAPMOX's manager: %v %v", path.Dir(file), c.VolumeMounts, d.Spec.Template.Spec.Volumes)
 	}
 	t.Fatal("CAPMOX's Deployment has no manager container")
+}
+
+// With Kamaji enabled, its part of the stack goes in as on the owner's
+// VM: the REAL Kamaji (the chart labctl carries) and the REAL kamaji-etcd
+// chart (from the offline folder, packaged from its source) through the
+// Helm SDK, hooks included, and the REAL Kamaji provider through the real
+// operator. The real StatefulSet controller makes the datastore's Pod,
+// which the runner runs as the test bed's etcd on a folder kept per
+// claim (local-path's), and whose certificates the cert-manager stand-in
+// issues from the chart's ECDSA CA; package kamajietcd plays the chart's
+// setup Job (root user, auth on), which Helm waits for. A re-run writes
+// nothing.
+func TestInstallKamajiOnTheBox(t *testing.T) {
+	box.Require(t, "kamaji", "kamaji-provider")
+	b, _, lab, dir := realBox(t)
+	lab.Management.Stack.Kamaji.Enabled = true
+	lab.Management.SSHPublicKeyFile, lab.Management.SSHPublicKeys = "", []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHkJ2tN8s0jv4m1Yl0QhRr5o5m3u0T0q9b8mWc3xYk2F owner@laptop"}
+	want := append(slices.Clone(wantSteps[:7]), append(kamajiSteps(), wantSteps[7])...)
+
+	first := bedFor(b.Env)
+	began := time.Now()
+	o, err := install(t, first, lab, func(o *mgmt.InstallOptions) {
+		o.OfflineDir, o.Charts, o.Timeout = dir, mgmt.HelmSDK, 4*time.Minute
+	})
+	if err != nil {
+		t.Fatalf("install: %v\n%s", err, o.stderr.String())
+	}
+	checkStepsOf(t, want, o.stderr.String(), "")
+	t.Logf("mgmt install with Kamaji until every part is Ready: %s", time.Since(began).Round(time.Millisecond))
+
+	for _, p := range []string{"kamaji-system/kamaji", "kamaji-system/capi-kamaji-controller-manager"} {
+		ns, name, _ := strings.Cut(p, "/")
+		if pr := b.Runner.Proc(ns, name); pr == nil || !pr.Running() {
+			t.Errorf("no real manager runs for Deployment %s (runner: %v)", p, b.Runner.Procs())
+		}
+	}
+	// The datastore: the chart's etcd, as the StatefulSet's Pod
+	// kamaji-etcd-0, named by the downward API, its data in the claim's
+	// folder, serving TLS with client certificates.
+	etcd := b.Runner.Proc(components.KamajiNamespace, components.KamajiEtcdRelease+"-0")
+	if etcd == nil || !etcd.Running() {
+		t.Fatalf("no etcd runs for the kamaji-etcd StatefulSet's Pod (runner: %v)", b.Runner.Procs())
+	}
+	args := strings.Join(etcd.Args, " ")
+	for _, want := range []string{"--name=kamaji-etcd-0", "--client-cert-auth=true", "--listen-client-urls=https://127.0.0.1:2379"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("etcd runs without %s: %s", want, args)
+		}
+	}
+	if strings.Contains(args, "--data-dir=/var/run/etcd") {
+		t.Errorf("etcd's data is not on the claim's folder: %s", args)
+	}
+	cs, err := kubernetes.NewForConfig(b.Env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts, err := cs.AppsV1().StatefulSets(components.KamajiNamespace).Get(ctx(t), components.KamajiEtcdRelease, metav1.GetOptions{})
+	if err != nil {
+		t.Errorf("the kamaji-etcd StatefulSet: %v", err)
+	} else if sts.Status.ReadyReplicas != 1 {
+		t.Errorf("the StatefulSet controller counts %d ready replicas of kamaji-etcd, want 1", sts.Status.ReadyReplicas)
+	}
+	// Helm deleted the setup Job once it succeeded (hook-succeeded).
+	if _, err := cs.BatchV1().Jobs(components.KamajiNamespace).Get(ctx(t), components.KamajiEtcdRelease+"-etcd-setup-2", metav1.GetOptions{}); err == nil {
+		t.Errorf("the kamaji-etcd setup Job is still there: Helm deletes it only when it succeeded")
+	}
+
+	t.Run("no-op re-run", func(t *testing.T) { checkNoOpRerun(t, b, lab, dir, want) })
 }

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -76,3 +78,43 @@ func CountWrites(n *atomic.Int64) func(http.RoundTripper) http.RoundTripper {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// ExampleTenant is the cluster name's entry in examples/lab-tenants.yaml,
+// with port as its controlPlane.port, for a test lab to insert before its
+// scaleTest section: the example is what the box and the sim run.
+func ExampleTenant(t testing.TB, name string, port int) string {
+	t.Helper()
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatalf("testbed: %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "examples", "lab-tenants.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	start := strings.Index(s, "  - name: "+name+"\n")
+	if start < 0 {
+		t.Fatalf("examples/lab-tenants.yaml has no cluster %s", name)
+	}
+	end := strings.Index(s[start+1:], "\n  - name: ")
+	if next := strings.Index(s[start+1:], "\nscaleTest:"); end < 0 || next >= 0 && next < end {
+		end = next
+	}
+	block := s[start : start+1+end+1]
+	// The comment above the next cluster belongs to it.
+	if i := strings.LastIndex(strings.TrimRight(block, "\n"), "\n  # "); i >= 0 {
+		block = block[:i+1]
+	}
+	lines := strings.Split(block, "\n")
+	found := false
+	for i, l := range lines {
+		if k, _, ok := strings.Cut(l, "port:"); ok && strings.TrimSpace(k) == "" {
+			lines[i], found = k+"port: "+strconv.Itoa(port), true
+		}
+	}
+	if !found {
+		t.Fatalf("examples/lab-tenants.yaml's %s has no controlPlane.port", name)
+	}
+	return strings.Join(lines, "\n")
+}

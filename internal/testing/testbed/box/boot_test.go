@@ -5,11 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +34,7 @@ import (
 	"github.com/labctl/labctl/internal/testing/bootsim"
 	"github.com/labctl/labctl/internal/testing/libvirttest"
 	"github.com/labctl/labctl/internal/testing/pvetest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/box"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
 	"github.com/labctl/labctl/internal/testing/testbed/runner"
@@ -365,7 +364,7 @@ func bootBox(t testing.TB, shape labShape) *bootEnv {
 		fake.AddNode(secondNode, 29860, 8, "vmbr0")
 	}
 	e := &bootEnv{fake: fake, lab: lab}
-	sim := bootsim.Start(t, fake, bootsim.WithHostedControlPlanes(e.tenantKubeconfig))
+	sim := bootsim.Start(t, fake, bootsim.WithHostedControlPlanes(box.TenantKubeconfigs(func() *kube.Client { return e.kc })))
 	e.sim = sim
 	img := lab.Images[0]
 	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
@@ -375,33 +374,6 @@ func bootBox(t testing.TB, shape labShape) *bootEnv {
 
 	e.startBox(t, shape)
 	return e
-}
-
-// tenantKubeconfig is the admin kubeconfig of the tenant whose endpoint
-// is endpoint, for the sim to join its workers to: Kamaji runs the
-// tenant's control plane, and its provider writes the kubeconfig Secret.
-// Only tenants: a kubeadm cluster's control plane is the sim's own.
-func (e *bootEnv) tenantKubeconfig(ctx context.Context, endpoint string) ([]byte, bool, error) {
-	if e.kc == nil {
-		return nil, false, nil
-	}
-	cls, err := e.kc.List(ctx, clusterapi.ClusterGVK, "", "")
-	if err != nil {
-		return nil, false, err
-	}
-	for _, c := range cls {
-		host, _, _ := unstructured.NestedString(c.Object, "spec", "controlPlaneEndpoint", "host")
-		port, _, _ := unstructured.NestedInt64(c.Object, "spec", "controlPlaneEndpoint", "port")
-		if !clusterapi.IsTenant(&c) || net.JoinHostPort(host, strconv.FormatInt(port, 10)) != endpoint {
-			continue
-		}
-		kc, err := cluster.Kubeconfig(ctx, cluster.Options{Mgmt: e.kc, Name: c.GetName()})
-		if err != nil {
-			return nil, false, err
-		}
-		return kc, true, nil
-	}
-	return nil, false, nil
 }
 
 // startBox starts a management cluster for the lab: a box with the real
@@ -461,7 +433,7 @@ func (s labShape) edits(t testing.TB) [][2]string {
 			[2]string{"    allowedNodes:\n      - pv1-1\n", "    allowedNodes:\n      - pv1-1\n      - pv1-2\n"})
 	}
 	if s.tenantPort != 0 {
-		out = append(out, [2]string{"scaleTest:\n", exampleTenant(t, "tenant1", s.tenantPort) + "scaleTest:\n"},
+		out = append(out, [2]string{"scaleTest:\n", testbed.ExampleTenant(t, "tenant1", s.tenantPort) + "scaleTest:\n"},
 			// The tenant ClusterClasses carry the owner's keys, which
 			// the stack reads when it renders.
 			[2]string{"  sshPublicKeyFile: ~/.ssh/id_ed25519.pub\n", "  sshPublicKeys: [\"" + sshKey + "\"]\n"})
@@ -472,47 +444,11 @@ func (s labShape) edits(t testing.TB) [][2]string {
 			hosts += fmt.Sprintf("  - name: kvm%d\n    libvirt:\n      uri: test+tls://127.0.0.1:%s/default\n      storagePool: %s\n      network: default\n"+
 				"      tls:\n        caFile: %s\n        certFile: %s\n        keyFile: %s\n", i+1, d.TLSPort, kvmStoragePool, d.CAFile, d.CertFile, d.KeyFile)
 		}
-		out = append(out, [2]string{"scaleTest:\n", exampleTenant(t, "tenant2", s.kvmTenantPort) + "scaleTest:\n"},
+		out = append(out, [2]string{"scaleTest:\n", testbed.ExampleTenant(t, "tenant2", s.kvmTenantPort) + "scaleTest:\n"},
 			[2]string{"\nnetwork:\n", "\n" + hosts + "network:\n"},
 			[2]string{"\nclusters:\n", "\n  - name: ubuntu-kvm\n    os: ubuntu-2404\n    hosts: [kvm1, kvm2]\nclusters:\n"})
 	}
 	return out
-}
-
-// exampleTenant is the cluster name's entry in examples/lab-tenants.yaml,
-// with port as its controlPlane.port (testLab maps its addresses onto
-// loopback): the example is what the box runs.
-func exampleTenant(t testing.TB, name string, port int) string {
-	t.Helper()
-	data, err := os.ReadFile("../../../../examples/lab-tenants.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(data)
-	start := strings.Index(s, "  - name: "+name+"\n")
-	if start < 0 {
-		t.Fatalf("examples/lab-tenants.yaml has no cluster %s", name)
-	}
-	end := strings.Index(s[start+1:], "\n  - name: ")
-	if next := strings.Index(s[start+1:], "\nscaleTest:"); end < 0 || next >= 0 && next < end {
-		end = next
-	}
-	block := s[start : start+1+end+1]
-	// The comment above the next cluster belongs to it.
-	if i := strings.LastIndex(strings.TrimRight(block, "\n"), "\n  # "); i >= 0 {
-		block = block[:i+1]
-	}
-	lines := strings.Split(block, "\n")
-	found := false
-	for i, l := range lines {
-		if k, _, ok := strings.Cut(l, "port:"); ok && strings.TrimSpace(k) == "" {
-			lines[i], found = k+"port: "+strconv.Itoa(port), true
-		}
-	}
-	if !found {
-		t.Fatalf("examples/lab-tenants.yaml's %s has no controlPlane.port", name)
-	}
-	return strings.Join(lines, "\n")
 }
 
 // labctl cluster create lab1, labctl's own use case, on the box: with the

@@ -36,6 +36,7 @@ import (
 
 	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/certmanager"
+	"github.com/labctl/labctl/internal/testing/testbed/kamajietcd"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
 	"github.com/labctl/labctl/internal/testing/testbed/runner"
 	"github.com/labctl/labctl/internal/testing/testbed/upstream"
@@ -293,6 +294,9 @@ func Start(t testing.TB, opts ...Option) *Box {
 	// cert-manager's binaries cannot be built here; when its chart is
 	// installed, the stand-in runs its Deployments (package certmanager).
 	certmanager.Serve(t, env.Config, b.Runner)
+	// Nor is etcdctl built: the kamaji-etcd chart's setup Job is played
+	// (package kamajietcd); its StatefulSet's etcd is the runner's.
+	kamajietcd.Serve(t, env.Config, b.Runner)
 	for _, s := range all {
 		extra, err := managerEnv(s.name, dir)
 		if err != nil {

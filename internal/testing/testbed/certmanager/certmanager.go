@@ -35,6 +35,8 @@ package certmanager
 
 import (
 	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"fmt"
 	"net"
@@ -152,6 +154,9 @@ type certSpec struct {
 	ips                []net.IP
 	isCA               bool
 	issuer, kind       string
+	organizations      []string
+	// usages are the extended key usages spec.usages asks for.
+	usages []x509.ExtKeyUsage
 }
 
 func specOf(c *unstructured.Unstructured) certSpec {
@@ -166,11 +171,35 @@ func specOf(c *unstructured.Unstructured) certSpec {
 		}
 	}
 	s.isCA, _, _ = unstructured.NestedBool(c.Object, "spec", "isCA")
+	s.organizations, _, _ = unstructured.NestedStringSlice(c.Object, "spec", "subject", "organizations")
+	usages, _, _ := unstructured.NestedStringSlice(c.Object, "spec", "usages")
+	for _, u := range usages {
+		// pkg/util/pki/kube.go's ExtKeyUsageType: the extended usages;
+		// key usages (signing, key encipherment, cert sign) are the
+		// pki package's own.
+		switch u {
+		case "server auth":
+			s.usages = append(s.usages, x509.ExtKeyUsageServerAuth)
+		case "client auth":
+			s.usages = append(s.usages, x509.ExtKeyUsageClientAuth)
+		}
+	}
 	s.issuer, _, _ = unstructured.NestedString(c.Object, "spec", "issuerRef", "name")
 	if k, _, _ := unstructured.NestedString(c.Object, "spec", "issuerRef", "kind"); k != "" {
 		s.kind = k
 	}
 	return s
+}
+
+// subject is the certificate's subject: spec.commonName (else its first
+// name) and spec.subject.organizations, as cert-manager's
+// pkg/util/pki/csr.go GenerateCSR builds it.
+func (s certSpec) subject(names []string) pkix.Name {
+	cn := s.commonName
+	if cn == "" && len(names) > 0 {
+		cn = names[0]
+	}
+	return pkix.Name{CommonName: cn, Organization: s.organizations}
 }
 
 // ipSANs is the annotation cert-manager writes: the IP SANs, comma
@@ -215,7 +244,10 @@ func (cm *CertManager) issue(ctx context.Context, c *unstructured.Unstructured) 
 	}
 	if existing != nil && existing.ResourceVersion != "" {
 		existing = existing.DeepCopy()
-		existing.Annotations, existing.Data, existing.Type = want, sec.Data, sec.Type
+		// A Secret's type cannot change, and cert-manager keeps the
+		// type of one that exists (the kamaji-etcd chart makes its
+		// certificates' Secrets Opaque and empty first).
+		existing.Annotations, existing.Data = want, sec.Data
 		_, err = cm.cs.CoreV1().Secrets(ns).Update(ctx, existing, metav1.UpdateOptions{})
 	} else {
 		_, err = cm.cs.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{})
@@ -263,6 +295,17 @@ func (cm *CertManager) sign(ctx context.Context, ns string, s certSpec) (pki.Pai
 	}
 	if _, ok, _ := unstructured.NestedMap(issuer.Object, "spec", "selfSigned"); ok {
 		// A selfSigned issuer's ca.crt is the certificate itself.
+		if s.isCA {
+			// A CA for a ca Issuer (the kamaji-etcd chart's): its key
+			// ECDSA P-256 in SEC 1, as the chart's privateKey asks
+			// and cert-manager's PKCS1 encoding writes it.
+			ca, err := pki.NewCA(s.subject(names).CommonName)
+			if err != nil {
+				return pki.Pair{}, nil, err
+			}
+			pair, err := ca.Pair()
+			return pair, pair.Cert, err
+		}
 		pair, err := pki.SelfSigned(names, s.ips)
 		return pair, pair.Cert, err
 	}
@@ -275,7 +318,14 @@ func (cm *CertManager) sign(ctx context.Context, ns string, s certSpec) (pki.Pai
 		if err != nil {
 			return pki.Pair{}, nil, fmt.Errorf("CA Secret %s/%s: %w", issuerNS, secretName, err)
 		}
-		pair, err := ca.Serving(names, s.ips)
+		if len(s.usages) == 0 {
+			// cert-manager sets no extended usage then, which Go's
+			// verification takes as any; server auth is what such
+			// certificates serve here.
+			pair, err := ca.Serving(names, s.ips)
+			return pair, ca.PEM, err
+		}
+		pair, err := ca.Leaf(s.subject(names), names, s.ips, s.usages...)
 		return pair, ca.PEM, err
 	}
 	return pki.Pair{}, nil, fmt.Errorf("%s %s: the stand-in issues from selfSigned and ca issuers only", s.kind, s.issuer)

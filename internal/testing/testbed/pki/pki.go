@@ -157,6 +157,24 @@ func (ca *CA) PKCS1KeyPEM() ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), nil
 }
 
+// Pair is the CA's certificate and key as a Secret of a CA holds them
+// (cert-manager's tls.crt and tls.key): an ECDSA key in SEC 1 ("EC PRIVATE
+// KEY"), an RSA key in PKCS #1, as cert-manager's default encoding (PKCS1)
+// writes each.
+func (ca *CA) Pair() (Pair, error) {
+	switch k := ca.key.(type) {
+	case *ecdsa.PrivateKey:
+		der, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			return Pair{}, fmt.Errorf("encoding the CA key: %w", err)
+		}
+		return Pair{Cert: ca.PEM, Key: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})}, nil
+	case *rsa.PrivateKey:
+		return Pair{Cert: ca.PEM, Key: pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)})}, nil
+	}
+	return Pair{}, fmt.Errorf("the CA key is a %T", ca.key)
+}
+
 // Loopback is the address every test bed server is reached on.
 var Loopback = net.ParseIP("127.0.0.1")
 

@@ -70,6 +70,11 @@ func (r *Runner) endpoints(ctx context.Context) {
 		}
 		if servesItsPorts(s, p) {
 			named = append(named, s.Name+"."+s.Namespace+".svc")
+			// A StatefulSet's Pod has a name of its own under its
+			// governing Service: <pod>.<service>.<namespace>.svc.
+			if p.hostname != "" && p.subdomain == s.Name {
+				named = append(named, p.hostname+"."+s.Name+"."+s.Namespace+".svc")
+			}
 			for _, sp := range s.Spec.Ports {
 				ports = append(ports, int(sp.Port))
 			}

@@ -57,6 +57,12 @@ type Image struct {
 	// pod's containers apart) and takes their machine-wide lock first, so
 	// the test must choose them free (the TenantControlPlane's port).
 	PodPorts map[string]string
+	// KeepURLs are the flags holding a comma-separated list of listen URLs
+	// (etcd's --listen-client-urls=https://0.0.0.0:2379): the runner
+	// binds them to 127.0.0.1 on the same ports, which it locks
+	// machine-wide first, because clients dial the pod by name at the
+	// container's own port (the DataStore's endpoint).
+	KeepURLs []string
 	// Requires are arguments the runner refuses to start the binary
 	// without, saying so in the Deployment's status.
 	Requires []string
@@ -127,13 +133,24 @@ var Images = []Image{
 	{Name: "cluster-api-control-plane-provider-kamaji", Binary: "kamaji-provider", Module: "github.com/clastix/cluster-api-control-plane-provider-kamaji",
 		Pin:   func(p versions.Pins) string { return p.KamajiControlPlane },
 		Addrs: map[string]string{"metrics-bind-address": ":8080", "health-probe-bind-address": ":8081", "diagnostics-address": ":8443"}, CRLeaderElection: true},
+	// etcd of the kamaji-etcd chart's StatefulSet (charts/kamaji-etcd
+	// v0.15.0 templates/etcd_sts.yaml): the test bed's etcd (v3.6.16, the
+	// envtest build; the pinned image is v3.5.17, whose module the test
+	// bed does not build) with the container's own flags, which 3.6 takes
+	// as 3.5 does. Its client, peer and metrics listeners keep their
+	// ports: Kamaji and a tenant's kube-apiserver dial
+	// <pod>.kamaji-etcd.<namespace>.svc.cluster.local:2379, the DataStore's
+	// endpoint.
+	{Name: "etcd", Binary: "etcd", Module: "go.etcd.io/etcd/server/v3", Pin: kamajiEtcdTag,
+		KeepURLs: []string{"listen-client-urls", "listen-peer-urls", "listen-metrics-urls"}},
 	// A Kamaji TenantControlPlane's pod (internal/builders/controlplane/
 	// deployment.go at e51909f): its kube-apiserver on the port the
 	// TenantControlPlane names, which kube-controller-manager and
 	// kube-scheduler dial on 127.0.0.1; their own secure ports serve only
-	// their probes.
+	// their probes. Its --etcd-servers are the DataStore's endpoints, by
+	// name for the kamaji-etcd chart's (Hosts).
 	{Name: "kube-apiserver", Binary: "kube-apiserver", Module: "k8s.io/kubernetes", Pin: func(p versions.Pins) string { return p.Kubernetes },
-		BindHosts: []string{"bind-address"}, PodPorts: map[string]string{"secure-port": "6443"}},
+		BindHosts: []string{"bind-address"}, PodPorts: map[string]string{"secure-port": "6443"}, Hosts: true},
 	{Name: "kube-controller-manager", Binary: "kube-controller-manager", Module: "k8s.io/kubernetes", Pin: func(p versions.Pins) string { return p.Kubernetes },
 		BindHosts: []string{"bind-address"}, Ports: map[string]string{"secure-port": "10257"}},
 	{Name: "kube-scheduler", Binary: "kube-scheduler", Module: "k8s.io/kubernetes", Pin: func(p versions.Pins) string { return p.Kubernetes },
@@ -180,4 +197,10 @@ func match(image string, pins versions.Pins, images []Image) (Image, bool) {
 		}
 	}
 	return Image{}, false
+}
+
+// kamajiEtcdTag is the tag of the etcd image labctl pins for kamaji-etcd.
+func kamajiEtcdTag(p versions.Pins) string {
+	ref := p.KamajiEtcd.EtcdImage
+	return ref[strings.LastIndex(ref, ":")+1:]
 }

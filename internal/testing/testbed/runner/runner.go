@@ -156,6 +156,9 @@ type Proc struct {
 	sandbox *sandbox
 	spec    string // hash of what it was started from
 	labels  map[string]string
+	// hostname and subdomain are the pod's (a StatefulSet's Pod has both:
+	// <pod>.<governing Service>), for its DNS name in the hosts file.
+	hostname, subdomain string
 	// mu guards cmd, exited and exitErr: a restart replaces them while
 	// tests and the loop ask Running.
 	mu       sync.Mutex
@@ -224,6 +227,7 @@ func Start(t testing.TB, cfg *rest.Config, kubeconfig, bins string) *Runner {
 	}
 	for _, inf := range []cache.SharedIndexInformer{
 		factory.Apps().V1().Deployments().Informer(),
+		factory.Apps().V1().StatefulSets().Informer(),
 		factory.Core().V1().Services().Informer(),
 		factory.Core().V1().Secrets().Informer(),
 	} {
@@ -398,6 +402,7 @@ func (r *Runner) pass(ctx context.Context) {
 		ready, why := r.ensure(ctx, d, cs)
 		reports = append(reports, status{d, ready, why})
 	}
+	r.statefulPods(ctx, seen)
 	r.mu.Lock()
 	var gone []*Proc
 	for k, p := range r.procs {
@@ -408,7 +413,7 @@ func (r *Runner) pass(ctx context.Context) {
 	}
 	r.mu.Unlock()
 	for _, p := range gone {
-		r.logf("Deployment %s is gone (or scaled to 0): stopping %s", p.Deployment, p.binaries())
+		r.logf("%s is gone (or scaled to 0): stopping %s", p.Deployment, p.binaries())
 		r.killPod(p)
 	}
 	// A Deployment scaled to 0 has no pod once its processes are gone,
@@ -442,7 +447,7 @@ func (r *Runner) pods(ctx context.Context) {
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil || ownedByStatefulSet(p) {
 			continue
 		}
 		var h PodHandler
@@ -713,12 +718,17 @@ func (r *Runner) prepare(ctx context.Context, d *appsv1.Deployment, c corev1.Con
 			kept = append(kept, n)
 		}
 	}
+	for _, flagName := range im.KeepURLs {
+		v, _ := flagValue(args, flagName)
+		kept = append(kept, urlPorts(v)...)
+	}
 	if why := r.lockPorts(im.Binary, kept, "keeps (the pod's other containers dial it)"); why != "" {
 		return nil, errors.New(why)
 	}
 	p := &Proc{
 		Deployment: d.Namespace + "/" + d.Name, Container: c.Name, Image: im, Log: log,
 		Ports: ports, Args: args, container: c, spec: spec, labels: d.Spec.Template.Labels,
+		hostname: d.Spec.Template.Spec.Hostname, subdomain: d.Spec.Template.Spec.Subdomain,
 	}
 	p.cmd = &exec.Cmd{Path: bin, Args: append([]string{bin}, args...), Dir: root, Env: env}
 	if im.Hosts {
@@ -925,6 +935,9 @@ func (r *Runner) env(ctx context.Context, d *appsv1.Deployment, c corev1.Contain
 		}
 	}
 	podName := d.Name + "-runner"
+	if n := d.Annotations[podNameAnnotation]; n != "" {
+		podName = n
+	}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
 			set(e.Name, expand(e.Value, vals))
@@ -1068,6 +1081,13 @@ func (r *Runner) files(ctx context.Context, d *appsv1.Deployment, c corev1.Conta
 				maps.Copy(files, got)
 			}
 		case v.EmptyDir != nil:
+		case v.PersistentVolumeClaim != nil:
+			dir, err := r.claimFolder(d.Namespace, v.PersistentVolumeClaim.ClaimName)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, mount{path: m.MountPath, local: dir})
+			continue
 		default:
 			// Projected service account tokens and the like: the process
 			// uses the kubeconfig instead.
@@ -1107,7 +1127,7 @@ func (r *Runner) secretFiles(ctx context.Context, ns, name string, optional *boo
 		}
 		return nil, fmt.Errorf("waiting for Secret %s/%s (volume %s): %w", ns, name, vol, err)
 	}
-	return pick(s.Data, items), nil
+	return pick(s.Data, items, optional, "Secret "+ns+"/"+name, vol)
 }
 
 // configMapFiles are secretFiles for a ConfigMap, binaryData too.
@@ -1124,22 +1144,31 @@ func (r *Runner) configMapFiles(ctx context.Context, ns, name string, optional *
 		files[k] = []byte(s)
 	}
 	maps.Copy(files, cm.BinaryData)
-	return pick(files, items), nil
+	return pick(files, items, optional, "ConfigMap "+ns+"/"+name, vol)
 }
 
 // pick keeps the items' keys, at their paths; all keys when there are no
-// items.
-func pick(files map[string][]byte, items []corev1.KeyToPath) map[string][]byte {
+// items. An item whose key is not there yet is waited for, unless the
+// source is optional, as kubelet's secret and configMap volumes
+// (MakePayload: "references non-existent secret key") wait: the
+// kamaji-etcd chart makes its certificates' Secrets empty, and
+// cert-manager fills them later.
+func pick(files map[string][]byte, items []corev1.KeyToPath, optional *bool, what, vol string) (map[string][]byte, error) {
 	if len(items) == 0 {
-		return files
+		return files, nil
 	}
 	picked := map[string][]byte{}
 	for _, it := range items {
-		if data, ok := files[it.Key]; ok {
-			picked[it.Path] = data
+		data, ok := files[it.Key]
+		if !ok {
+			if optional != nil && *optional {
+				continue
+			}
+			return nil, fmt.Errorf("waiting for key %s of %s (volume %s)", it.Key, what, vol)
 		}
+		picked[it.Path] = data
 	}
-	return picked
+	return picked, nil
 }
 
 func writeFile(path string, data []byte) error {
@@ -1191,6 +1220,20 @@ func commandLine(c corev1.Container, im Image, mounts []mount, root string, env 
 	}
 	for flagName, def := range im.PodPorts {
 		if p, ok := portFlag(args, flagName, def); ok {
+			ports[int32(p)] = p
+		}
+	}
+	for _, flagName := range im.KeepURLs {
+		v, idx := flagValue(args, flagName)
+		if idx < 0 {
+			continue
+		}
+		moved, err := loopbackURLs(v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--%s: %w", flagName, err)
+		}
+		args = setFlag(args, flagName, idx, moved)
+		for _, p := range urlPorts(moved) {
 			ports[int32(p)] = p
 		}
 	}
@@ -1285,6 +1328,34 @@ func portOf(addr string) (int, bool) {
 	}
 	p, err := strconv.Atoi(port)
 	return p, err == nil && p > 0
+}
+
+// loopbackURLs moves each listen URL of a comma-separated list onto
+// 127.0.0.1, keeping its scheme and port.
+func loopbackURLs(list string) (string, error) {
+	var out []string
+	for _, raw := range strings.Split(list, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || u.Port() == "" {
+			return "", fmt.Errorf("%q is not a listen URL with a port", raw)
+		}
+		u.Host = net.JoinHostPort("127.0.0.1", u.Port())
+		out = append(out, u.String())
+	}
+	return strings.Join(out, ","), nil
+}
+
+// urlPorts are the ports of a comma-separated list of URLs.
+func urlPorts(list string) []int {
+	var out []int
+	for _, raw := range strings.Split(list, ",") {
+		if u, err := url.Parse(strings.TrimSpace(raw)); err == nil {
+			if p, err := strconv.Atoi(u.Port()); err == nil && p > 0 {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // mapArg maps a path in one argument: the whole argument (a value after

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,5 +171,59 @@ func TestWithHostsResolvesServices(t *testing.T) {
 	}
 	if string(after) != string(machine) || strings.Contains(string(after), "t1.tenants.svc") {
 		t.Error("the machine's /etc/hosts changed")
+	}
+}
+
+// The kamaji-etcd chart's etcd container (templates/etcd_sts.yaml of
+// v0.15.0), matched at labctl's pinned image: its listeners stay on their
+// own ports, on loopback, since clients dial the Pod's name at 2379; its
+// name comes from the downward API; its data directory is the claim's
+// folder.
+func TestKamajiEtcdCommandLine(t *testing.T) {
+	pins := versions.MustGet()
+	im, ok := Match(pins.KamajiEtcd.EtcdImage, pins)
+	if !ok || im.Binary != "etcd" {
+		t.Fatalf("the runner does not run the pinned kamaji-etcd image %s (%+v)", pins.KamajiEtcd.EtcdImage, im)
+	}
+	c := corev1.Container{Name: "etcd", Command: []string{"etcd",
+		"--data-dir=/var/run/etcd", "--name=$(POD_NAME)",
+		"--listen-client-urls=https://0.0.0.0:2379", "--listen-metrics-urls=http://0.0.0.0:2381", "--listen-peer-urls=https://0.0.0.0:2380",
+		"--cert-file=/etc/etcd/pki/server.pem"}}
+	mounts := []mount{{path: "/var/run/etcd", local: "/r/volumes/kamaji-system_data-kamaji-etcd-0"}, {path: "/etc/etcd/pki", local: "/r/pod/etc/etcd/pki"}}
+	args, ports, err := commandLine(c, im, mounts, "/r/pod", []string{"POD_NAME=kamaji-etcd-0"}, func() (int, error) { return 0, errors.New("no port may move") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(args, " ")
+	for _, want := range []string{"--data-dir=/r/volumes/kamaji-system_data-kamaji-etcd-0", "--name=kamaji-etcd-0",
+		"--listen-client-urls=https://127.0.0.1:2379", "--listen-metrics-urls=http://127.0.0.1:2381", "--listen-peer-urls=https://127.0.0.1:2380",
+		"--cert-file=/r/pod/etc/etcd/pki/server.pem"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("etcd's command line lacks %s:\n%s", want, got)
+		}
+	}
+	for _, p := range []int32{2379, 2380, 2381} {
+		if ports[p] != int(p) {
+			t.Errorf("container port %d maps to %d, want its own port", p, ports[p])
+		}
+	}
+	if _, _, err := commandLine(corev1.Container{Command: []string{"etcd", "--listen-client-urls=https://0.0.0.0"}}, im, nil, "/r", nil, nil); err == nil {
+		t.Error("a listen URL without a port was taken")
+	}
+}
+
+// A volume item whose key the Secret does not hold yet is waited for, as
+// kubelet waits (the kamaji-etcd chart makes its Secrets empty, and
+// cert-manager fills them); an optional source is not.
+func TestVolumeItemsWaitForTheirKeys(t *testing.T) {
+	items := []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}, {Key: "tls.crt", Path: "server.pem"}}
+	_, err := pick(map[string][]byte{"tls.crt": []byte("c")}, items, nil, "Secret kamaji-system/kamaji-etcd-server-certs", "certs")
+	if err == nil || !strings.Contains(err.Error(), "waiting for key ca.crt of Secret kamaji-system/kamaji-etcd-server-certs (volume certs)") {
+		t.Errorf("a missing key: %v", err)
+	}
+	optional := true
+	got, err := pick(map[string][]byte{"tls.crt": []byte("c")}, items, &optional, "Secret s", "v")
+	if err != nil || len(got) != 1 || string(got["server.pem"]) != "c" {
+		t.Errorf("an optional source: %v, %v", got, err)
 	}
 }

@@ -1,7 +1,8 @@
 // Package sim is the management cluster in a box for a person at a
 // terminal (`make sim`, issue 11): the box (etcd, kube-apiserver,
 // kube-controller-manager, the runner and the cert-manager stand-in; no
-// provider manager until labctl installs one) and the strict fake PVE on
+// provider manager until labctl installs one; Kamaji and its datastore
+// once it does, for the lab's tenant1) and the strict fake PVE on
 // loopback with a test CA, whose VMs the VM-boot sim boots (its guest
 // agent answers, cloud-init and kubeadm run as bootsim plays them), plus
 // the files labctl needs against them: a
@@ -20,10 +21,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/testing/bootsim"
 	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/testing/sshtest"
@@ -50,6 +54,12 @@ const (
 	TemplateID = 9000
 	// SecretEnv is the variable the example's tokenSecret names.
 	SecretEnv = "PVE_TOKEN_SECRET"
+	// Tenant is examples/lab-tenants.yaml's tenant1, added to the sim's
+	// lab: a Kamaji control plane, workers on pv1-1 from zero.
+	Tenant = "tenant1"
+	// TenantPort is tenant1's controlPlane.port in the example: its API
+	// server on the management VM's address, through ServiceLB.
+	TenantPort = 6445
 )
 
 // Sim is a running box with the fake PVE and the files for labctl.
@@ -78,6 +88,8 @@ type Sim struct {
 	SSHKeyFile string
 	// Kubectl is the test bed's kubectl, which may not be on PATH.
 	Kubectl string
+	// TenantEndpoint is tenant1's API server, host:port.
+	TenantEndpoint string
 }
 
 // Start runs the sim until the test ends. It skips where a part of the
@@ -87,7 +99,7 @@ func Start(t testing.TB) *Sim {
 	// Every manager labctl's Provider CRs bring up; the runner needs them
 	// once 'mgmt install' has run.
 	box.Require(t, "cluster-api-operator", "cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster",
-		"cluster-autoscaler", "kwok")
+		"cluster-autoscaler", "kwok", "kamaji", "kamaji-provider", "kube-controller-manager", "kube-scheduler")
 	dir := t.TempDir()
 	s := &Sim{
 		Lab:        filepath.Join(dir, "lab.yaml"),
@@ -124,6 +136,8 @@ func Start(t testing.TB) *Sim {
 	if err != nil {
 		t.Fatalf("sim: %v", err)
 	}
+	// tenant1 as the owner's tenant example has it.
+	example = []byte(strings.Replace(string(example), "\nscaleTest:\n", "\n"+testbed.ExampleTenant(t, Tenant, TenantPort)+"scaleTest:\n", 1))
 	// The person's own key may not exist (cluster create needs one); no
 	// VM boots in the sim, so a key of its own serves.
 	s.SSHKeyFile, _ = sshtest.UserKey(t)
@@ -151,16 +165,22 @@ func Start(t testing.TB) *Sim {
 	s.PVE.AddVM("pv1-1", lab.Management.VMID, lab.Management.Name, 8192, true, false)
 	s.PVE.AddVM("pv1-1", 200, "owner-vm", 1024, false, false)
 
+	var mgmt atomic.Pointer[kube.Client]
 	s.Boot = bootsim.Start(t, s.PVE, bootsim.WithFailureHandler(func(msg string) {
 		// A person is watching: say it there, and let the test fail at
 		// the end as a box test would.
 		fmt.Fprintln(os.Stderr, msg)
 		t.Errorf("%s", msg)
-	}))
+	}), bootsim.WithHostedControlPlanes(box.TenantKubeconfigs(mgmt.Load)))
 	s.Box = box.Start(t, box.Bare())
+	mgmt.Store(kube.NewForConfig(s.Box.Env.Config, s.Box.Env.Kubeconfig))
+	// k3s's ServiceLB on the management VM: tenant1's API server on
+	// its address.
+	s.Box.Runner.ServeLoadBalancers(lab.Management.IP)
 	s.Kubeconfig = s.Box.Env.Kubeconfig
 	s.Kubectl = filepath.Join(testbed.Assets(t), "kubectl")
 	s.OfflineDir = standin.UpstreamOffline(t)
+	s.TenantEndpoint = net.JoinHostPort(lab.Management.IP, strconv.Itoa(TenantPort))
 	return s
 }
 
@@ -208,14 +228,19 @@ In another shell:
   labctl -c "$LAB" mgmt install --kubeconfig "$KUBECONFIG" --offline-dir %s
   labctl -c "$LAB" mgmt status --kubeconfig "$KUBECONFIG"
   labctl -c "$LAB" cluster create lab1 --kubeconfig "$KUBECONFIG"
-  %s get clusters,machines,proxmoxmachines -A
+  labctl -c "$LAB" cluster create %[10]s --kubeconfig "$KUBECONFIG"
+  %[9]s get clusters,machines,proxmoxmachines,tenantcontrolplanes -A
   labctl -c "$LAB" scale-test lab1 --kubeconfig "$KUBECONFIG"
+  labctl -c "$LAB" scale-test %[10]s --kubeconfig "$KUBECONFIG"
   labctl -c "$LAB" cluster delete lab1 --kubeconfig "$KUBECONFIG" --yes
+  labctl -c "$LAB" cluster delete %[10]s --kubeconfig "$KUBECONFIG" --yes
 
 The fake PVE's VMs boot as the VM-boot sim plays them: lab1's control
-plane serves on its VIP %s, and its workers join it.
+plane serves on its VIP %[11]s, and its workers join it. %[10]s's control
+plane is Kamaji's, run in the box; it serves on %[12]s, and its workers
+join it there.
 
 Ctrl-C here stops everything and removes these files.
-`, s.PVE.URL, s.Kubeconfig, s.Lab, SecretEnv, s.SecretFile, s.Kubeconfig, s.Lab, s.OfflineDir, s.Kubectl, VIP)
+`, s.PVE.URL, s.Kubeconfig, s.Lab, SecretEnv, s.SecretFile, s.Kubeconfig, s.Lab, s.OfflineDir, s.Kubectl, Tenant, VIP, s.TenantEndpoint)
 	return b.String()
 }

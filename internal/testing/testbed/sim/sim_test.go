@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -127,14 +128,22 @@ func TestSimOutput(t *testing.T) {
 		t.Errorf("the sim's lab gives cluster create no SSH key: %v", err)
 	}
 	// The walk the instructions give, whose machines the VM-boot sim
-	// boots: lab1 on the VIP they name.
-	for _, step := range []string{"mgmt install", "cluster create lab1", "scale-test lab1", "cluster delete lab1"} {
+	// boots: lab1 on the VIP they name, and the tenant on the management
+	// VM's address, its control plane Kamaji's.
+	for _, step := range []string{"mgmt install", "cluster create lab1", "scale-test lab1", "cluster delete lab1",
+		"cluster create " + sim.Tenant, "scale-test " + sim.Tenant, "cluster delete " + sim.Tenant} {
 		if !strings.Contains(out, `labctl -c "$LAB" `+step+" ") {
 			t.Errorf("the sim's instructions lack 'labctl %s':\n%s", step, out)
 		}
 	}
 	if c, err := lab.Cluster("lab1"); err != nil || c.ControlPlane.Endpoint != sim.VIP || !strings.Contains(out, sim.VIP) {
 		t.Errorf("the sim's lab1 serves on %v (%v), and the instructions must name that VIP %s", c, err, sim.VIP)
+	}
+	tenant, err := lab.Cluster(sim.Tenant)
+	if err != nil || !tenant.Kamaji() || tenant.ControlPlane.Port != sim.TenantPort {
+		t.Errorf("the sim's lab has no Kamaji tenant %s on port %d: %+v (%v)", sim.Tenant, sim.TenantPort, tenant, err)
+	} else if want := lab.Management.IP + ":" + strconv.Itoa(sim.TenantPort); s.TenantEndpoint != want || !strings.Contains(out, want) {
+		t.Errorf("the instructions must name %s's endpoint %s (ServiceLB on the management VM's address), the sim has %q:\n%s", sim.Tenant, want, s.TenantEndpoint, out)
 	}
 	px := lab.Hypervisors[0].Proxmox
 	if px == nil || px.URL != s.PVE.URL || px.TLS.CAFile != s.CAFile {

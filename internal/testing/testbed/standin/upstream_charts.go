@@ -168,7 +168,8 @@ var offlineProviders = []struct{ name, label string }{
 }
 
 // UpstreamOffline makes the folder 'labctl mgmt install --offline-dir'
-// reads, from the REAL upstream parts: the two charts (UpstreamChart) and
+// reads, from the REAL upstream parts: the two charts (UpstreamChart), the
+// kamaji-etcd chart from its source, and
 // each provider's release assets (upstream.ReleaseOf: <type>-components.yaml
 // and metadata.yaml) under <label>/<labctl's pin>/. Where the test bed
 // runs another version than the pin (upstream.TestbedVersions: Cluster
@@ -184,6 +185,20 @@ func UpstreamOffline(t testing.TB) string {
 		t.Fatal(err)
 	}
 	pins := versions.MustGet()
+	// The kamaji-etcd chart, which labctl fetches (a tenant lab's
+	// datastore), packaged from its source as its release does: its
+	// Chart.yaml carries the version.
+	src := testbed.UpstreamSource(t, "kamaji-etcd-v"+pins.KamajiEtcd.Chart)
+	ch, err := loader.LoadDir(filepath.Join(src, "charts", "kamaji-etcd"))
+	if err != nil {
+		t.Fatalf("offline folder: %v", err)
+	}
+	if ch.Metadata.Version != pins.KamajiEtcd.Chart {
+		t.Fatalf("offline folder: %s is kamaji-etcd %s, not the pinned %s", src, ch.Metadata.Version, pins.KamajiEtcd.Chart)
+	}
+	if _, err := chartutil.Save(ch, dir); err != nil {
+		t.Fatalf("offline folder: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for _, p := range offlineProviders {
