@@ -46,10 +46,13 @@ are still being made (wait for them to be Running). Nothing else on the
 management cluster changes, except that clusterctl adds its inventory CRD
 (providers.clusterctl.cluster.x-k8s.io) when it is missing.
 
-A Kamaji tenant cluster's control plane (its kamaji-etcd data and the CAs
-Kamaji keeps beside it) is not in a backup yet: with tenants it refuses,
-naming them, and --skip-tenants backs up the other clusters without them
-(docs/tenants.md says how to back a tenant up by hand).
+A Kamaji tenant cluster's control plane goes in too: the Secrets Kamaji
+keeps beside it (its CAs, service-account key, kubeconfigs) and its keys
+in the DataStore (kamaji-etcd), read through the API server's
+port-forward to the datastore's Pod as Kamaji's root client. A restore
+puts them back before the tenant's control plane is made again, so its
+workers still trust it and its objects are there. --skip-tenants leaves
+the tenants out.
 
 It reads the management cluster --kubeconfig names, else the one 'mgmt up'
 stored for the lab; never $KUBECONFIG, as 'mgmt down'.
@@ -58,7 +61,7 @@ Restore it with 'labctl mgmt restore FILE' onto a new management cluster.`,
 		Example: `  labctl mgmt backup --dry-run                   # what a backup would hold
   labctl mgmt backup lab-$(date +%F).age          # asks for the passphrase
   LABCTL_BACKUP_PASSPHRASE=... labctl mgmt backup /srv/backups/lab.age
-  labctl mgmt backup --skip-tenants lab.age      # a lab with Kamaji tenants`,
+  labctl mgmt backup --skip-tenants lab.age      # every cluster but the Kamaji tenants`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 && !o.DryRun {
@@ -71,7 +74,7 @@ Restore it with 'labctl mgmt restore FILE' onto a new management cluster.`,
 		},
 	}
 	addDryRunFlag(c, &o.DryRun)
-	c.Flags().BoolVar(&o.SkipTenants, "skip-tenants", false, "back up a lab with Kamaji tenant clusters, leaving the tenants out (their control planes are not in a backup yet)")
+	c.Flags().BoolVar(&o.SkipTenants, "skip-tenants", false, "leave the Kamaji tenant clusters out (a restore then does not bring them back)")
 	return c
 }
 

@@ -41,8 +41,8 @@ type Options struct {
 	DryRun bool
 	// Passphrase returns the passphrase; nil asks as Passphrase does.
 	Passphrase func() (string, error)
-	// SkipTenants leaves the Kamaji tenant clusters out instead of
-	// refusing to back up a lab that has them.
+	// SkipTenants leaves the Kamaji tenant clusters out (their
+	// datastore need not be reachable then).
 	SkipTenants bool
 	// Parts are what the backup holds beside clusterctl's objects; nil
 	// means Parts().
@@ -82,7 +82,7 @@ func Backup(ctx context.Context, o Options) error {
 	if len(clusters) == 0 {
 		fmt.Fprintf(o.IO.Err, "no Cluster API cluster on %s: the backup holds only labctl's parts\n", src.Host())
 	}
-	clusters, skipped, err := leaveOutTenants(o, src.Host(), clusters)
+	clusters, skipped, err := leaveOutTenants(o, clusters)
 	if err != nil {
 		return err
 	}
@@ -141,14 +141,15 @@ type sourceCluster struct {
 	tenant bool
 }
 
-// leaveOutTenants refuses a lab with Kamaji tenants unless o.SkipTenants,
-// and then returns the other clusters. A tenant keeps its state in the
-// kamaji-etcd datastore and its CAs in Secrets Kamaji owns, which neither
-// clusterctl's move nor a part of labctl's takes yet: restored, it would
-// get an empty control plane with new CAs its workers do not trust.
+// leaveOutTenants, with o.SkipTenants, returns the clusters but the
+// Kamaji tenants, whose control planes (Secrets Kamaji keeps and their
+// keys in the DataStore, the tenants part) the backup then does not take.
 // clusterctl moves a namespace whole, so a tenant that shares its
 // namespace with another cluster cannot be left out.
-func leaveOutTenants(o Options, host string, cs []sourceCluster) (kept []sourceCluster, skipped []ClusterRef, err error) {
+func leaveOutTenants(o Options, cs []sourceCluster) (kept []sourceCluster, skipped []ClusterRef, err error) {
+	if !o.SkipTenants {
+		return cs, nil, nil
+	}
 	for _, c := range cs {
 		if c.tenant {
 			skipped = append(skipped, c.ClusterRef)
@@ -163,10 +164,6 @@ func leaveOutTenants(o Options, host string, cs []sourceCluster) (kept []sourceC
 	for i, c := range skipped {
 		names[i] = c.String()
 	}
-	if !o.SkipTenants {
-		return nil, nil, fmt.Errorf("cannot back up %s: %s %s Kamaji tenant(s), and a labctl backup does not hold a tenant's control plane yet (its kamaji-etcd data and the CAs Kamaji keeps beside its TenantControlPlane): restored, it would get an empty control plane whose new CAs its workers do not trust. Pass --skip-tenants to back up the other clusters without them, and back the tenants up by hand as docs/tenants.md says (\"What a backup must take\")",
-			host, strings.Join(names, ", "), isAre(len(names)))
-	}
 	for _, t := range skipped {
 		for _, c := range kept {
 			if c.Namespace == t.Namespace {
@@ -174,15 +171,8 @@ func leaveOutTenants(o Options, host string, cs []sourceCluster) (kept []sourceC
 			}
 		}
 	}
-	fmt.Fprintf(o.IO.Err, "leaving out Kamaji tenant(s) %s (--skip-tenants): back them up as docs/tenants.md says\n", strings.Join(names, ", "))
+	fmt.Fprintf(o.IO.Err, "leaving out Kamaji tenant(s) %s (--skip-tenants): a restore of this backup will not bring them back\n", strings.Join(names, ", "))
 	return kept, skipped, nil
-}
-
-func isAre(n int) string {
-	if n == 1 {
-		return "is a"
-	}
-	return "are"
 }
 
 func listClusters(ctx context.Context, src *kube.Client) ([]sourceCluster, error) {

@@ -31,11 +31,10 @@ const (
 // Part is what a backup holds beside the Cluster API objects clusterctl
 // moves. Each part keeps its own files under parts/<Name>/ in the archive.
 //
-// This is the extension point: the phase-3 Kamaji tenants' datastore data
-// (their etcd or kine contents, which no Kubernetes object holds) is to be
-// one more Part in Parts, of Stage BeforeClusters, whose Backup saves
-// each tenant DataStore's data and whose Restore puts it back before the
-// KamajiControlPlanes are recreated and unpaused.
+// The Kamaji tenants' control planes (tenantControlPlanes: their Secrets
+// and their keys in the DataStore, which no Cluster API object holds) are
+// one, of Stage BeforeClusters: put back before the KamajiControlPlanes
+// are made again and unpaused.
 type Part interface {
 	// Name is the part's folder in the archive; never change it once
 	// backups exist.
@@ -55,6 +54,8 @@ func Parts() []Part {
 	return []Part{
 		providerSecrets{},
 		labctlObjects{name: "cluster-objects", stage: BeforeClusters, kinds: []schema.GroupVersionKind{namespaceGVK, secretGVK, clusterapi.LibvirtClusterGVK}},
+		// After the namespaces it restores into.
+		tenantControlPlanes{},
 		labctlObjects{name: "autoscalers", stage: AfterClusters, kinds: []schema.GroupVersionKind{serviceAccountGVK, clusterRoleBindingGVK, deploymentGVK}},
 	}
 }

@@ -96,7 +96,7 @@ func Restore(ctx context.Context, o RestoreOptions) error {
 		for i, c := range man.SkippedTenants {
 			names[i] = c.String()
 		}
-		fmt.Fprintf(o.IO.Err, "not in this backup: Kamaji tenant(s) %s (taken with --skip-tenants); restore them as docs/tenants.md says\n", strings.Join(names, ", "))
+		fmt.Fprintf(o.IO.Err, "not in this backup: Kamaji tenant(s) %s (taken with --skip-tenants): this restore does not bring them back\n", strings.Join(names, ", "))
 	}
 	if o.DryRun {
 		return planRestore(ctx, o, dst, a, parts)
@@ -372,12 +372,22 @@ func summarize(lines []string) string {
 		return "nothing to do"
 	}
 	made, kept := 0, 0
+	var other []string
 	for _, l := range lines {
-		if strings.HasPrefix(l, "created ") {
+		switch {
+		case strings.HasPrefix(l, "created "):
 			made++
-		} else {
+		case strings.Contains(l, ": kept") || strings.Contains(l, "the target's is kept"):
 			kept++
+		default:
+			// What is neither an object made nor one kept (a tenant's
+			// keys put back) is said as it is.
+			other = append(other, l)
 		}
 	}
-	return fmt.Sprintf("%d created, %d kept as the target has them", made, kept)
+	s := fmt.Sprintf("%d created, %d kept as the target has them", made, kept)
+	if len(other) > 0 {
+		s += "; " + strings.Join(other, "; ")
+	}
+	return s
 }

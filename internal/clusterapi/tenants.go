@@ -43,7 +43,10 @@ var (
 	KamajiControlPlaneTemplateGVK = kamajiGV.WithKind("KamajiControlPlaneTemplate")
 	// TenantControlPlaneGVK is Kamaji's own object behind a
 	// KamajiControlPlane, of the same name in the same namespace.
-	TenantControlPlaneGVK     = schema.GroupVersionKind{Group: "kamaji.clastix.io", Version: "v1alpha1", Kind: "TenantControlPlane"}
+	TenantControlPlaneGVK = schema.GroupVersionKind{Group: "kamaji.clastix.io", Version: "v1alpha1", Kind: "TenantControlPlane"}
+	// DataStoreGVK is Kamaji's datastore: where its tenants keep their
+	// state, each under a prefix of its own.
+	DataStoreGVK              = schema.GroupVersionKind{Group: "kamaji.clastix.io", Version: "v1alpha1", Kind: "DataStore"}
 	ProxmoxClusterTemplateGVK = infraGV.WithKind("ProxmoxClusterTemplate")
 	LibvirtClusterTemplateGVK = libvirtv1.GroupVersion.WithKind("LibvirtClusterTemplate")
 )

@@ -176,29 +176,56 @@ func (b *Box) StartEtcd(t testing.TB) *Etcd {
 func (e *Etcd) Count(ctx context.Context, prefix string) (int64, error) {
 	end := []byte(prefix)
 	end[len(end)-1]++
-	body, _ := json.Marshal(map[string]any{
-		"key": base64.StdEncoding.EncodeToString([]byte(prefix)), "range_end": base64.StdEncoding.EncodeToString(end), "count_only": true,
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+e.Endpoint+"/v3/kv/range", bytes.NewReader(body))
-	if err != nil {
-		return 0, err
-	}
-	resp, err := e.hc.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("counting keys under %s: %w", prefix, err)
-	}
-	defer resp.Body.Close()
 	var out struct {
 		Count string `json:"count"`
 	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("counting keys under %s: %s", prefix, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+	if err := e.gateway(ctx, "/v3/kv/range", map[string]any{
+		"key": base64.StdEncoding.EncodeToString([]byte(prefix)), "range_end": base64.StdEncoding.EncodeToString(end), "count_only": true,
+	}, &out); err != nil {
 		return 0, fmt.Errorf("counting keys under %s: %w", prefix, err)
 	}
 	if out.Count == "" {
 		return 0, nil
 	}
 	return strconv.ParseInt(out.Count, 10, 64)
+}
+
+// Put writes one key (/v3/kv/put).
+func (e *Etcd) Put(ctx context.Context, key, value string) error {
+	if err := e.gateway(ctx, "/v3/kv/put", map[string]any{
+		"key": base64.StdEncoding.EncodeToString([]byte(key)), "value": base64.StdEncoding.EncodeToString([]byte(value)),
+	}, nil); err != nil {
+		return fmt.Errorf("writing key %s: %w", key, err)
+	}
+	return nil
+}
+
+// Delete removes one key (/v3/kv/deleterange).
+func (e *Etcd) Delete(ctx context.Context, key string) error {
+	if err := e.gateway(ctx, "/v3/kv/deleterange", map[string]any{"key": base64.StdEncoding.EncodeToString([]byte(key))}, nil); err != nil {
+		return fmt.Errorf("deleting key %s: %w", key, err)
+	}
+	return nil
+}
+
+// gateway posts body to etcd's JSON gateway at path and decodes the
+// answer into out (when not nil).
+func (e *Etcd) gateway(ctx context.Context, path string, body map[string]any, out any) error {
+	data, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+e.Endpoint+path, bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
 }

@@ -344,6 +344,11 @@ func kamajiStack(ctx context.Context, t testing.TB, b *box.Box, kc *kube.Client,
 		if err != nil {
 			t.Fatal(err)
 		}
+		// As the operator installs them: clusterctl's move (a backup)
+		// finds the kinds to take by this label on their CRDs.
+		for _, o := range objs {
+			testbed.LabelAsTheOperator(o)
+		}
 		if _, err := kc.Apply(ctx, objs, kube.ApplyOptions{}); err != nil {
 			t.Fatalf("applying %s's components: %v", name, err)
 		}
