@@ -1,18 +1,26 @@
 package mgmt_test
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -347,6 +355,117 @@ func TestInstallKamajiOnTheBox(t *testing.T) {
 	if _, err := cs.BatchV1().Jobs(components.KamajiNamespace).Get(ctx(t), components.KamajiEtcdRelease+"-etcd-setup-2", metav1.GetOptions{}); err == nil {
 		t.Errorf("the kamaji-etcd setup Job is still there: Helm deletes it only when it succeeded")
 	}
+	checkDatastoreThroughPortForward(t, b, cs)
 
 	t.Run("no-op re-run", func(t *testing.T) { checkNoOpRerun(t, b, lab, dir, want) })
+}
+
+// checkDatastoreThroughPortForward reaches the datastore as labctl's
+// backups will, client-go's port-forward (SPDY) to the Pod kamaji-etcd-0
+// through the box's API server, and as a person would, with kubectl
+// port-forward: the API server goes to the Pod's node, the runner's,
+// whose kubelet server dials the etcd it runs. Through each, etcd's
+// /health over TLS with the chart's CA and its root client certificate,
+// under the name the server certificate holds.
+func checkDatastoreThroughPortForward(t *testing.T, b *box.Box, cs kubernetes.Interface) {
+	t.Helper()
+	ns, pod := components.KamajiNamespace, components.KamajiEtcdRelease+"-0"
+	p, err := cs.CoreV1().Pods(ns).Get(ctx(t), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the Pod %s: %v", pod, err)
+	}
+	if p.Spec.NodeName != runner.NodeName {
+		t.Errorf("the Pod %s is on node %q, want the runner's %q", pod, p.Spec.NodeName, runner.NodeName)
+	}
+	// The Node is kept as kubelet keeps its own, or the node lifecycle
+	// controller would mark it unreachable and evict the Pod.
+	if n, err := cs.CoreV1().Nodes().Get(ctx(t), runner.NodeName, metav1.GetOptions{}); err != nil || !nodeReady(n) {
+		t.Errorf("the runner's Node is not Ready (%v)", err)
+	}
+	if l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx(t), runner.NodeName, metav1.GetOptions{}); err != nil ||
+		l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != runner.NodeName || l.Spec.RenewTime == nil {
+		t.Errorf("the runner's Node has no Lease renewed by its kubelet (%v)", err)
+	}
+	server, err := cs.CoreV1().Secrets(ns).Get(ctx(t), components.KamajiEtcdRelease+"-server-certs", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the datastore's CA: %v", err)
+	}
+	client, err := cs.CoreV1().Secrets(ns).Get(ctx(t), components.KamajiEtcdRelease+"-client-certs", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the datastore's root client certificate: %v", err)
+	}
+	cert, err := tls.X509KeyPair(client.Data["tls.crt"], client.Data["tls.key"])
+	if err != nil {
+		t.Fatalf("the datastore's root client certificate: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(server.Data["ca.crt"]) {
+		t.Fatalf("Secret %s/%s-server-certs holds no CA certificate in ca.crt", ns, components.KamajiEtcdRelease)
+	}
+
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+		ServerName: pod + "." + components.KamajiEtcdRelease + "." + ns + ".svc.cluster.local",
+	}}}
+
+	u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("portforward").URL()
+	began := time.Now()
+	local, err := runner.Forward(t, b.Env.Config, u, 2379)
+	if err != nil {
+		t.Fatalf("client-go's port-forward to %s/%s:2379 through the API server: %v", ns, pod, err)
+	}
+	checkEtcdHealth(t, hc, local, "client-go's port-forward (SPDY)")
+	t.Logf("etcd's /health through client-go's port-forward in %s", time.Since(began).Round(time.Millisecond))
+
+	// kubectl asks over WebSocket first, which the API server carries to
+	// the node as SPDY.
+	began = time.Now()
+	cmd := exec.CommandContext(t.Context(), filepath.Join(testbed.Assets(t), "kubectl"), "--kubeconfig", b.Env.Kubeconfig,
+		"port-forward", "-n", ns, "pod/"+pod, ":2379")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting kubectl port-forward: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// "Forwarding from 127.0.0.1:<port> -> 2379"
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	m := regexp.MustCompile(`^Forwarding from 127\.0\.0\.1:(\d+) -> 2379`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("kubectl port-forward printed %q, want the local port; stderr:\n%s", line, stderr.String())
+	}
+	local, _ = strconv.Atoi(m[1])
+	checkEtcdHealth(t, hc, local, "kubectl port-forward")
+	t.Logf("etcd's /health through kubectl port-forward in %s", time.Since(began).Round(time.Millisecond))
+}
+
+// checkEtcdHealth asks etcd's /health through the forwarded local port.
+func checkEtcdHealth(t *testing.T, hc *http.Client, local int, through string) {
+	t.Helper()
+	resp, err := hc.Get("https://127.0.0.1:" + strconv.Itoa(local) + "/health")
+	if err != nil {
+		t.Errorf("etcd's /health through %s: %v", through, err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var health struct {
+		Health string `json:"health"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &health) != nil || health.Health != "true" {
+		t.Errorf("etcd's /health through %s: %s %s, want {\"health\":\"true\"...}", through, resp.Status, body)
+	}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -40,6 +40,9 @@
 // dials Services by name (Kamaji: https://<tcp>.<namespace>.svc:<port>)
 // gets an /etc/hosts of its own naming them (names.go). With
 // ServeLoadBalancers it stands in for k3s's ServiceLB too (servicelb.go).
+// For the StatefulSet Pods it runs (statefulset.go) it is a Node's
+// kubelet: the Pods are bound to its Node (node.go), whose kubelet server
+// answers the API server's pods/portforward (portforward.go).
 //
 // When a Deployment changes, its process is restarted with the new spec;
 // when it goes away (or scales to 0), the process is stopped. A process
@@ -75,6 +78,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -119,6 +123,12 @@ type Runner struct {
 	// (ServeLoadBalancers); lbs its forwards, by Service and port.
 	lbAddr string
 	lbs    map[string]*lbForward
+
+	// nodeMu guards kubelet and nodeUp: the runner's Node (node.go) and
+	// its kubelet server (portforward.go), made when a Pod is first bound.
+	nodeMu  sync.Mutex
+	kubelet *kubeletServer
+	nodeUp  bool
 }
 
 // PodHandler stands in for the container of a Pod (a Job's, such as a
@@ -156,6 +166,10 @@ type Proc struct {
 	sandbox *sandbox
 	spec    string // hash of what it was started from
 	labels  map[string]string
+	// podUID is the Pod's UID for a StatefulSet's Pod (podView), whose
+	// ports the kubelet server forwards; "" for a Deployment's process,
+	// which stands for no Pod the API server has.
+	podUID types.UID
 	// hostname and subdomain are the pod's (a StatefulSet's Pod has both:
 	// <pod>.<governing Service>), for its DNS name in the hosts file.
 	hostname, subdomain string
@@ -300,6 +314,11 @@ func (r *Runner) Stop() {
 	r.portLocks = nil
 	r.mu.Unlock()
 	r.dropForwards(nil)
+	r.nodeMu.Lock()
+	if r.kubelet != nil {
+		r.kubelet.close()
+	}
+	r.nodeMu.Unlock()
 	if r.t.Failed() && len(procs) > 0 {
 		// The test's temporary folder goes when the test ends; the logs
 		// of a failed test are kept outside it.
@@ -730,6 +749,9 @@ func (r *Runner) prepare(ctx context.Context, d *appsv1.Deployment, c corev1.Con
 		Ports: ports, Args: args, container: c, spec: spec, labels: d.Spec.Template.Labels,
 		hostname: d.Spec.Template.Spec.Hostname, subdomain: d.Spec.Template.Spec.Subdomain,
 	}
+	if d.Annotations[podNameAnnotation] != "" {
+		p.podUID = d.UID
+	}
 	p.cmd = &exec.Cmd{Path: bin, Args: append([]string{bin}, args...), Dir: root, Env: env}
 	if im.Hosts {
 		if p.cmd, err = r.withHosts(p.cmd); err != nil {
@@ -955,7 +977,13 @@ func (r *Runner) env(ctx context.Context, d *appsv1.Deployment, c corev1.Contain
 			case "status.podIP", "status.hostIP":
 				set(e.Name, "127.0.0.1")
 			case "spec.nodeName":
-				set(e.Name, "runner")
+				// A StatefulSet's Pod is bound to the runner's Node; a
+				// Deployment's process stands for a Pod never written.
+				node := d.Spec.Template.Spec.NodeName
+				if node == "" {
+					node = "runner"
+				}
+				set(e.Name, node)
 			case "spec.serviceAccountName":
 				set(e.Name, d.Spec.Template.Spec.ServiceAccountName)
 			default:

@@ -57,6 +57,9 @@ func (r *Runner) statefulPods(ctx context.Context, seen map[string]bool) {
 			if p.DeletionTimestamp != nil || !metav1.IsControlledBy(p, set) {
 				continue
 			}
+			if !r.bound(ctx, p) {
+				continue
+			}
 			d := podView(p)
 			cs := r.containers(d)
 			if len(cs) == 0 {
@@ -67,6 +70,33 @@ func (r *Runner) statefulPods(ctx context.Context, seen map[string]bool) {
 			r.reportPod(ctx, p, ready, why)
 		}
 	}
+}
+
+// bound binds the Pod to the runner's Node when no node has it yet, and
+// says whether it is the runner's to run: bound to its Node. Binding
+// comes before the process starts, which is started from the Pod's spec
+// (spec.nodeName included), so that the binding does not restart it.
+func (r *Runner) bound(ctx context.Context, p *corev1.Pod) bool {
+	if p.Spec.NodeName != "" && p.Spec.NodeName != NodeName {
+		return false
+	}
+	if err := r.ensureNode(ctx); err != nil {
+		if ctx.Err() == nil {
+			r.logf("the runner's Node: %v", err)
+		}
+		return false
+	}
+	if p.Spec.NodeName == NodeName {
+		return true
+	}
+	if err := r.bind(ctx, p); err != nil {
+		if ctx.Err() == nil {
+			r.logf("%v", err)
+		}
+		return false
+	}
+	p.Spec.NodeName = NodeName
+	return true
 }
 
 // podView is a StatefulSet's Pod in the shape the runner starts processes
