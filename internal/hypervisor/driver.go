@@ -34,6 +34,44 @@ func (e *ChecksumListError) Error() string { return e.Err.Error() }
 
 func (e *ChecksumListError) Unwrap() error { return e.Err }
 
+// Unreachable is a hypervisor's API that a driver did not reach at all:
+// the connection was refused, had no route, the name did not resolve, or
+// nothing answered. A dry run goes on without what it would have read and
+// says so; a refusal once reached (the token, the certificate) is not this,
+// as the user must fix it before any run.
+type Unreachable struct {
+	// API names it, e.g. "the Proxmox API at https://pve:8006".
+	API string
+	// Field is the lab.yaml field that points at it.
+	Field string
+	// Reason is what happened, e.g. "the connection was refused".
+	Reason string
+	// Fix says what to check.
+	Fix string
+}
+
+// Line is the whole report, without the fix: "<API> (<field>) is
+// unreachable: <reason>".
+func (u Unreachable) Line() string {
+	return fmt.Sprintf("%s (%s) is unreachable: %s", u.API, u.Field, u.Reason)
+}
+
+// NotChecked is the line for a check a dry run could not make: "not
+// checked: <what>: <API> is unreachable".
+func (u Unreachable) NotChecked(what string) string {
+	return fmt.Sprintf("not checked: %s: %s is unreachable", what, u.API)
+}
+
+// UnreachableOf finds in err a driver's report that it never reached its
+// hypervisor's API.
+func UnreachableOf(err error) (Unreachable, bool) {
+	var r interface{ Unreachable() (Unreachable, bool) }
+	if !errors.As(err, &r) {
+		return Unreachable{}, false
+	}
+	return r.Unreachable()
+}
+
 // HostPreparer is implemented by drivers that set up the host before VMs
 // go on it (libvirt: the storage pool and the lab's NAT network). Use cases
 // call it when a driver has it; both methods are idempotent.

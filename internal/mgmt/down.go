@@ -66,17 +66,28 @@ func Down(ctx context.Context, o DownOptions) error {
 		return dryRunReach(o.DryRun, lab, lab.Management.Hypervisor, err)
 	}
 	defer func() { _ = drivers.Close(drv) }()
-	if err := drivers.Reach(ctx, o.IO, drv); err != nil {
+	// A dry run goes on past a hypervisor it cannot reach: the workload
+	// clusters, which decide whether down may go ahead, live on the
+	// management cluster, and the plan says which VMs it could not list.
+	var unreached *hypervisor.Unreachable
+	if o.DryRun {
+		unreached, err = drivers.ReachForPlan(ctx, o.IO, drv)
+	} else {
+		err = drivers.Reach(ctx, o.IO, drv)
+	}
+	if err != nil {
 		return dryRunReach(o.DryRun, lab, lab.Management.Hypervisor, err)
 	}
 	name := lab.Metadata.Name
-	vms, err := drv.ListVMs(ctx, name)
-	if err != nil {
-		return fmt.Errorf("listing the VMs of lab %s on %s: %w", name, drv.Name(), err)
-	}
-	if len(vms) == 0 {
-		fmt.Fprintf(o.IO.Err, "no VM of lab %s on %s: nothing to delete\n", name, drv.Name())
-		return nil
+	var vms []hypervisor.VM
+	if unreached == nil {
+		if vms, err = drv.ListVMs(ctx, name); err != nil {
+			return fmt.Errorf("listing the VMs of lab %s on %s: %w", name, drv.Name(), err)
+		}
+		if len(vms) == 0 {
+			fmt.Fprintf(o.IO.Err, "no VM of lab %s on %s: nothing to delete\n", name, drv.Name())
+			return nil
+		}
 	}
 	// Before anything goes: the workload clusters live only in the
 	// management cluster's Cluster API objects. Deleting it under them
@@ -93,6 +104,10 @@ func Down(ctx context.Context, o DownOptions) error {
 		fmt.Fprintf(o.IO.Err, "workload clusters to delete first, through Cluster API (with their VMs):\n%s\n", listClusters(workloads))
 	}
 	fmt.Fprintf(o.IO.Err, "VMs of lab %s on %s:\n", name, drv.Name())
+	if unreached != nil {
+		fmt.Fprintf(o.IO.Err, "  each VM tagged %s, the management VM %s among them (%s)\n",
+			hypervisor.LabTag(name), lab.Management.Name, unreached.NotChecked("which of them exist"))
+	}
 	for _, v := range vms {
 		fmt.Fprintf(o.IO.Err, "  %s\n", describe(v))
 	}

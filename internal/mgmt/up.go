@@ -117,6 +117,9 @@ type UpRun struct {
 	img  step.Found[hypervisor.Image]
 	vm   step.Found[hypervisor.VM]
 	addr step.Found[netip.Addr]
+	// unreached is set in a dry run whose hypervisor did not answer: the
+	// plan goes on, and each line it could not check says so.
+	unreached *hypervisor.Unreachable
 }
 
 // NewUp checks what the steps need from the config before anything runs:
@@ -258,8 +261,12 @@ func (u *UpRun) vmSpec(img hypervisor.Image, manifests []cloudinit.File, hostKey
 func (u *UpRun) Steps() []step.Step {
 	m := u.lab.Management
 	var steps []step.Step
-	if s, ok := drivers.ConnectStep(u.drv); ok {
-		steps = append(steps, s)
+	connect, ok := drivers.ConnectStep(u.drv)
+	if u.opts.DryRun {
+		connect, ok = drivers.DryConnectStep(u.drv, func(r hypervisor.Unreachable) { u.unreached = &r })
+	}
+	if ok {
+		steps = append(steps, connect)
 	}
 	if hp, ok := u.drv.(hypervisor.HostPreparer); ok {
 		steps = append(steps, step.Step{
@@ -314,30 +321,43 @@ func (u *UpRun) cloudImage(ctx context.Context) (hypervisor.Image, error) {
 }
 
 func (u *UpRun) planImage(ctx context.Context) ([]string, error) {
-	if _, ok, err := u.findVMNow(ctx); ok || err != nil {
-		return nil, err // the VM exists: its image is not needed again
-	}
-	img, err := u.drv.FindImage(ctx, u.image)
-	if err == nil {
-		u.img.Set(img)
-		return nil, nil
-	}
-	// Offline, the checksum list cannot be read, so neither can the
-	// image's name on the host: the plan says what it could not check
-	// (the apply needs the list, and stops there).
-	var unread *hypervisor.ChecksumListError
-	if !errors.Is(err, hypervisor.ErrNotFound) && !errors.As(err, &unread) {
-		return nil, err
+	var unchecked string
+	if u.unreached != nil {
+		unchecked = u.unreached.NotChecked("whether " + u.drv.Name() + " holds it already")
+	} else {
+		if _, ok, err := u.findVMNow(ctx); ok || err != nil {
+			return nil, err // the VM exists: its image is not needed again
+		}
+		img, err := u.drv.FindImage(ctx, u.image)
+		if err == nil {
+			u.img.Set(img)
+			return nil, nil
+		}
+		// Offline, the checksum list cannot be read, so neither can the
+		// image's name on the host: the plan says what it could not check
+		// (the apply needs the list, and stops there).
+		var unread *hypervisor.ChecksumListError
+		if !errors.Is(err, hypervisor.ErrNotFound) && !errors.As(err, &unread) {
+			return nil, err
+		}
+		if unread != nil {
+			unchecked = fmt.Sprintf("not checked: whether %s holds it already, since %v; management.image.checksum set to sha256:<hex> needs no list", u.drv.Name(), unread)
+		}
 	}
 	check := u.image.Checksum
 	if check == "" {
 		check = "the sha256 listed in " + redact.URL(u.image.ChecksumURL)
 	}
 	line := fmt.Sprintf("download %s, check it against %s, and put it on %s", redact.URL(u.image.URL), check, u.drv.Name())
-	if unread != nil {
-		line += fmt.Sprintf(" (not checked: whether %s holds it already, since %v; management.image.checksum set to sha256:<hex> needs no list)", u.drv.Name(), unread)
+	return []string{withUnchecked(line, unchecked)}, nil
+}
+
+// withUnchecked ends a plan line with what was not checked, if anything.
+func withUnchecked(line, unchecked string) string {
+	if unchecked == "" {
+		return line
 	}
-	return []string{line}, nil
+	return line + " (" + unchecked + ")"
 }
 
 func (u *UpRun) applyImage(ctx context.Context) error {
@@ -346,16 +366,19 @@ func (u *UpRun) applyImage(ctx context.Context) error {
 }
 
 func (u *UpRun) planCreate(ctx context.Context) ([]string, error) {
-	if _, ok, err := u.findVMNow(ctx); ok || err != nil {
+	m := u.lab.Management
+	var unchecked string
+	if u.unreached != nil {
+		unchecked = u.unreached.NotChecked("whether VM " + m.Name + " exists already")
+	} else if _, ok, err := u.findVMNow(ctx); ok || err != nil {
 		return nil, err
 	}
-	m := u.lab.Management
 	addr := "DHCP"
 	if u.static.IsValid() {
 		addr = u.static.String()
 	}
-	return []string{fmt.Sprintf("create VM %s on %s: %d CPUs, %s memory, %s disk, address %s, k3s %s by cloud-init",
-		m.Name, u.drv.Name(), m.Size.CPUs, m.Size.Memory, m.Size.Disk, addr, m.K3sVersion)}, nil
+	return []string{withUnchecked(fmt.Sprintf("create VM %s on %s: %d CPUs, %s memory, %s disk, address %s, k3s %s by cloud-init",
+		m.Name, u.drv.Name(), m.Size.CPUs, m.Size.Memory, m.Size.Disk, addr, m.K3sVersion), unchecked)}, nil
 }
 
 // memoryMiB is management.size.memory in MiB, as the VM is made and
@@ -373,6 +396,9 @@ func (u *UpRun) memoryMiB() (int, error) {
 // which takes the management cluster down for that time, so that is the
 // user's call. It says what differs and how to apply it, and goes on.
 func (u *UpRun) checkSize(ctx context.Context) (string, error) {
+	if u.unreached != nil {
+		return "", &step.Warning{Detail: u.unreached.NotChecked("the size of VM " + u.lab.Management.Name + ", if it exists")}
+	}
 	vm, found, err := u.vm.Get(ctx, u.findVMNow)
 	if err != nil || !found {
 		return "made as management.size asks", err // a dry run before the create
@@ -435,6 +461,9 @@ func (u *UpRun) applyCreate(ctx context.Context) error {
 }
 
 func (u *UpRun) planStart(ctx context.Context) ([]string, error) {
+	if u.unreached != nil {
+		return []string{withUnchecked("start VM "+u.lab.Management.Name, u.unreached.NotChecked("whether it runs already"))}, nil
+	}
 	vm, ok, err := u.findVMNow(ctx)
 	if err != nil {
 		return nil, err

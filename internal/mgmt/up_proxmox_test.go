@@ -526,3 +526,77 @@ func TestUpOnProxmoxDryRunOffline(t *testing.T) {
 		t.Errorf("the dry run made %d PVE writes", w)
 	}
 }
+
+// TestDryRunsPlanPastAnUnreachableProxmox: against a Proxmox API that
+// refuses the connection, mgmt up and mgmt down --dry-run still print
+// their plans and exit 0: the connect step says what it could not check,
+// why, and the fix, and every line that would have asked the API says it
+// was not checked. The real runs stop at the connect step as before.
+func TestDryRunsPlanPastAnUnreachableProxmox(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "https://" + l.Addr().String()
+	l.Close()
+	raw := testbed.OwnerLab(t, url, "token-secret-of-a-closed-port", func(doc, pve map[string]any) {
+		pve["tls"] = map[string]any{"fingerprint": strings.Repeat("AB:", 31) + "AB"}
+		doc["management"].(map[string]any)["sshPublicKeyFile"] = userKeyOf(t).pubFile
+		delete(doc, "clusters")
+	})
+	lab, err := config.Parse("lab.yaml", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unreachable := "the Proxmox API at " + url + " is unreachable"
+	connect := "! connect to Proxmox API " + url + " (not checked: the Proxmox API at " + url + " (hypervisors[pve].proxmox.url) is unreachable: the connection was refused)"
+	fix := "fix: check the port (PVE serves its API on 8006) and that pveproxy runs on the node"
+
+	up := func(dry bool) (string, error) {
+		io, out := answering("")
+		err := Up(t.Context(), UpOptions{IO: io, Lab: lab, Source: config.Source{Name: "lab.yaml"}, DryRun: dry, Driver: opener(lab), Installer: &recordingInstaller{}})
+		return out.String(), err
+	}
+	out, err := up(true)
+	if err != nil {
+		t.Fatalf("mgmt up --dry-run: %v\n%s", err, out)
+	}
+	for _, want := range []string{connect, fix,
+		"would: download " + lab.Management.Image.URL + ", check it against the sha256 listed in " + lab.Management.Image.ChecksumURL + ", and put it on pve (not checked: whether pve holds it already: " + unreachable + ")",
+		"would: create VM labctl-mgmt on pve: 4 CPUs, 8Gi memory, 40Gi disk, address 192.168.4.21/24, k3s " + lab.Management.K3sVersion + " by cloud-init (not checked: whether VM labctl-mgmt exists already: " + unreachable + ")",
+		"! size of VM labctl-mgmt (not checked: the size of VM labctl-mgmt, if it exists: " + unreachable + ")",
+		"would: start VM labctl-mgmt (not checked: whether it runs already: " + unreachable + ")",
+		"would: install the management stack with mgmt install",
+		"dry run: nothing was changed",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mgmt up --dry-run lacks %q:\n%s", want, out)
+		}
+	}
+
+	out, err = down(t, lab, "", true, false)
+	if err != nil {
+		t.Fatalf("mgmt down --dry-run: %v\n%s", err, out)
+	}
+	for _, want := range []string{connect, fix,
+		"workload clusters: none can exist (no kubeconfig at ",
+		"VMs of lab home on pve:\n  each VM tagged labctl-lab-home, the management VM labctl-mgmt among them (not checked: which of them exist: " + unreachable + ")",
+		"dry run: nothing was deleted",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mgmt down --dry-run lacks %q:\n%s", want, out)
+		}
+	}
+
+	refused := "connect to Proxmox API " + url + ": Proxmox API " + url + " (hypervisors[pve].proxmox.url): the connection was refused; check the port"
+	for name, run := range map[string]func() (string, error){
+		"mgmt up":         func() (string, error) { return up(false) },
+		"mgmt down --yes": func() (string, error) { return down(t, lab, "", false, true) },
+	} {
+		out, err := run()
+		if err == nil || !strings.HasPrefix(err.Error(), refused) || strings.Contains(out, "not checked") {
+			t.Errorf("%s against a closed port = %v, want it to stop with %q\n%s", name, err, refused, out)
+		}
+	}
+}

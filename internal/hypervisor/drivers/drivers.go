@@ -104,6 +104,42 @@ func ConnectStep(d hypervisor.Driver) (step.Step, bool) {
 	return step.Step{Name: "connect to " + c.Endpoint(), Check: c.Connect}, true
 }
 
+// DryConnectStep is ConnectStep for a dry run. When the hypervisor's API
+// cannot be reached, the plan is still worth printing: the step ends with
+// a warning, "not checked: <API> is unreachable: <reason>", and the fix,
+// the run goes on, and note gets the reason for the later lines to say
+// what they could not check. Any other failure (the token or the
+// certificate refused) still stops the run: no run works until it is
+// fixed.
+func DryConnectStep(d hypervisor.Driver, note func(hypervisor.Unreachable)) (step.Step, bool) {
+	s, ok := ConnectStep(d)
+	if !ok {
+		return s, false
+	}
+	connect := s.Check
+	s.Check = func(ctx context.Context) (string, error) {
+		v, err := connect(ctx)
+		u, unreached := hypervisor.UnreachableOf(err)
+		if !unreached || ctx.Err() != nil {
+			return v, err
+		}
+		note(u)
+		return "", &step.Warning{Detail: "not checked: " + u.Line(), Fix: []string{u.Fix}}
+	}
+	return s, true
+}
+
+// ReachForPlan is Reach for a dry run, through DryConnectStep: it returns
+// the reason when the API was not reached and the plan goes on without it.
+func ReachForPlan(ctx context.Context, io *ui.IO, d hypervisor.Driver) (*hypervisor.Unreachable, error) {
+	var unreached *hypervisor.Unreachable
+	s, ok := DryConnectStep(d, func(u hypervisor.Unreachable) { unreached = &u })
+	if !ok {
+		return nil, nil
+	}
+	return unreached, (&step.Runner{IO: io}).Run(ctx, []step.Step{s})
+}
+
 // Reach runs ConnectStep on its own, for a use case with no steps of its
 // own to put it in. A dead or hung API then fails here, within the
 // driver's connect timeout and with progress shown, with the explained

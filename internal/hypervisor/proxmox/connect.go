@@ -15,6 +15,7 @@ import (
 
 	pve "github.com/luthermonson/go-proxmox"
 
+	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/redact"
 )
 
@@ -35,7 +36,10 @@ type ConnectError struct {
 	// Fingerprint is the SHA-256 fingerprint of the certificate the server
 	// presented, in tls.fingerprint's format, when TLS did not hold.
 	Fingerprint string
-	Err         error
+	// NotReached is set when the API was not reached at all (refused, no
+	// route, no such host, no answer), as opposed to reached and refusing.
+	NotReached bool
+	Err        error
 }
 
 func (e *ConnectError) Error() string {
@@ -47,6 +51,15 @@ func (e *ConnectError) Error() string {
 }
 
 func (e *ConnectError) Unwrap() error { return e.Err }
+
+// Unreachable is the API, what happened and what to check, when it was
+// not reached at all (hypervisor.UnreachableOf).
+func (e *ConnectError) Unreachable() (hypervisor.Unreachable, bool) {
+	if !e.NotReached {
+		return hypervisor.Unreachable{}, false
+	}
+	return hypervisor.Unreachable{API: "the Proxmox API at " + e.URL, Field: e.Field, Reason: e.What, Fix: "check " + e.Check}, true
+}
 
 // Endpoint names the API for step lines: "Proxmox API https://host:8006".
 func (d *Driver) Endpoint() string { return "Proxmox API " + d.URL() }
@@ -99,6 +112,13 @@ func (d *Driver) connectError(err error, what, check string) *ConnectError {
 	return &ConnectError{URL: redact.URL(d.cfg.URL), Field: field(d.name, "url"), What: what, Check: check, Err: err}
 }
 
+// notReached is a connectError for an API that was not reached at all.
+func (d *Driver) notReached(err error, what, check string) *ConnectError {
+	e := d.connectError(err, what, check)
+	e.NotReached = true
+	return e
+}
+
 // classify says what a failed request met, and what to check for it.
 func (d *Driver) classify(ctx context.Context, err error) error {
 	var fe *FingerprintError
@@ -121,13 +141,13 @@ func (d *Driver) classify(ctx context.Context, err error) error {
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("connecting to the Proxmox API %s: %w", redact.URL(d.cfg.URL), context.Canceled)
 	case errors.As(err, &dns):
-		return d.connectError(err, "the host name does not resolve ("+dns.Err+")", "the host name in the URL, or use the node's IP address")
+		return d.notReached(err, "the host name does not resolve ("+dns.Err+")", "the host name in the URL, or use the node's IP address")
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return d.connectError(err, "the connection was refused", "the port (PVE serves its API on 8006) and that pveproxy runs on the node (systemctl status pveproxy)")
+		return d.notReached(err, "the connection was refused", "the port (PVE serves its API on 8006) and that pveproxy runs on the node (systemctl status pveproxy)")
 	case errors.As(err, &op) && op.Op == "dial":
-		return d.connectError(err, fmt.Sprintf("no connection within %s (%s)", d.o.ConnectTimeout, rootCause(err)), "the address, and that this machine reaches the node (routing, firewall, VLAN)")
+		return d.notReached(err, fmt.Sprintf("no connection within %s (%s)", d.o.ConnectTimeout, rootCause(err)), "the address, and that this machine reaches the node (routing, firewall, VLAN)")
 	case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
-		return d.connectError(err, fmt.Sprintf("it accepted the connection but did not answer within %s", d.o.ConnectTimeout),
+		return d.notReached(err, fmt.Sprintf("it accepted the connection but did not answer within %s", d.o.ConnectTimeout),
 			"that the URL names the PVE API (https, port 8006) and not another service, and that pveproxy on the node is not hung")
 	}
 	return d.connectError(err, rootCause(err), "the URL, and that pveproxy runs on the node")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/hypervisor"
 	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/testing/testbed"
 )
@@ -84,7 +85,8 @@ func TestConnectCertificate(t *testing.T) {
 }
 
 // TestConnectRefusedAndToken: a closed port and a wrong token each say
-// what to check.
+// what to check. Only the closed port counts as unreachable, which a dry
+// run plans past; a refused token stops every run.
 func TestConnectRefusedAndToken(t *testing.T) {
 	srv := pvetest.New(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -96,8 +98,12 @@ func TestConnectRefusedAndToken(t *testing.T) {
 	h := hv(srv)
 	h.Proxmox.URL = "https://" + closed
 	d, _ := newDriver(t, srv, h)
-	if _, err := d.Connect(ctx(t)); err == nil || !strings.Contains(err.Error(), "connection was refused") || !strings.Contains(err.Error(), "8006") {
+	_, err = d.Connect(ctx(t))
+	if err == nil || !strings.Contains(err.Error(), "connection was refused") || !strings.Contains(err.Error(), "8006") {
 		t.Errorf("closed port: %v", err)
+	}
+	if u, ok := hypervisor.UnreachableOf(err); !ok || u.API != "the Proxmox API at https://"+closed || u.Reason != "the connection was refused" || !strings.HasPrefix(u.Fix, "check the port") {
+		t.Errorf("closed port: unreachable %v, %+v", ok, u)
 	}
 	h = hv(srv)
 	var buf bytes.Buffer
@@ -107,7 +113,11 @@ func TestConnectRefusedAndToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Connect(ctx(t)); err == nil || !strings.Contains(err.Error(), "was refused (401)") || strings.Contains(err.Error(), "wrong-secret") {
+	_, err = d.Connect(ctx(t))
+	if err == nil || !strings.Contains(err.Error(), "was refused (401)") || strings.Contains(err.Error(), "wrong-secret") {
 		t.Errorf("wrong token: %v", err)
+	}
+	if _, ok := hypervisor.UnreachableOf(err); ok {
+		t.Errorf("a refused token counts as an unreachable API: %v", err)
 	}
 }
