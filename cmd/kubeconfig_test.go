@@ -6,7 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/labctl/labctl/internal/testing/sshtest"
+	"github.com/labctl/labctl/internal/testing/testbed"
 )
 
 // userLab is the owner's lab with the SSH key a test made, in a state
@@ -55,5 +60,43 @@ func TestCreateDryRunPointsOffline(t *testing.T) {
 	code, out, errOut := run(t, "", "cluster", "create", "lab1", "--dry-run", "-o", "yaml", "-c", lab)
 	if code != 0 || !strings.Contains(out, "kind: Cluster") {
 		t.Errorf("-o yaml offline: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestWorkloadErrorsNameTheSecret: a workload cluster whose API server
+// refuses, or accepts and never answers, is reported with where its
+// kubeconfig came from (the Secret Cluster API keeps on the management
+// cluster) and how to see whether it is up, not with client-go's bare
+// "dial tcp" or "TLS handshake timeout".
+func TestWorkloadErrorsNameTheSecret(t *testing.T) {
+	lab := userLab(t)
+	env := testbed.Start(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "lab1"}}
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	refused, hung := testbed.ClosedAddr(t), testbed.StartSilent(t).Addr
+	from := "(from kubeconfig Secret lab1/lab1-kubeconfig on the management cluster)"
+	for _, tc := range []struct{ name, addr, want string }{
+		{"refused", refused, "the API server at " + refused + " " + from + " cannot be reached: "},
+		{"hung", hung, "the API server at " + hung + " " + from + " accepted the connection but did not answer TLS within 10s: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kc := "apiVersion: v1\nkind: Config\nclusters: [{name: lab1, cluster: {server: \"https://" + tc.addr + "\"}}]\n" +
+				"users: [{name: admin, user: {token: x}}]\ncontexts: [{name: admin@lab1, context: {cluster: lab1, user: admin}}]\ncurrent-context: admin@lab1\n"
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "lab1", Name: "lab1-kubeconfig"}, Data: map[string][]byte{"value": []byte(kc)}}
+			_ = cs.CoreV1().Secrets("lab1").Delete(t.Context(), secret.Name, metav1.DeleteOptions{})
+			if _, err := cs.CoreV1().Secrets("lab1").Create(t.Context(), secret, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			code, _, stderr := run(t, "", "cluster", "kubeconfig", "lab1", "--read-only", "-c", lab, "--kubeconfig", env.Kubeconfig)
+			if code != 1 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "(labctl cluster describe lab1)") {
+				t.Errorf("exit %d, want 1 and %q with the fix (labctl cluster describe lab1):\n%s", code, tc.want, stderr)
+			}
+		})
 	}
 }

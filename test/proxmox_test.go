@@ -2,7 +2,6 @@ package integration
 
 import (
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,13 +70,7 @@ func TestDoctorProxmoxBinary(t *testing.T) {
 // Before, image list and mgmt down printed a raw dial or TLS handshake
 // error, the hung one only after client retries (about 41 s).
 func TestUnreachableProxmoxSameError(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := l.Addr().String()
-	l.Close()
-	hung := testbed.StartSilent(t).Addr
+	refused, hung := testbed.ClosedAddr(t), testbed.StartSilent(t).Addr
 	data, err := os.ReadFile("../examples/lab.yaml")
 	if err != nil {
 		t.Fatal(err)

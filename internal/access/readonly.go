@@ -58,6 +58,8 @@ type Options struct {
 	Admin []byte
 	// What names the cluster in messages ("cluster lab1").
 	What string
+	// From is where Admin came from, for errors reaching the cluster.
+	From kube.Origin
 	// Context is the context (and cluster and user) name of the kubeconfig
 	// written.
 	Context string
@@ -108,7 +110,7 @@ func ReadOnly(ctx context.Context, o Options) ([]byte, time.Time, error) {
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("%s: reading its admin kubeconfig: %w", o.What, err)
 	}
-	cfg, err := kube.RESTConfigFromKubeconfig(o.Admin)
+	cfg, err := kube.RESTConfigFromKubeconfig(o.Admin, o.From)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("%s: reading its admin kubeconfig: %w", o.What, err)
 	}
@@ -181,7 +183,7 @@ func kubeconfig(admin *clientcmdapi.Config, name, token string) ([]byte, error) 
 // Revoke deletes the ServiceAccount and its binding: every read-only
 // token handed out for the cluster is refused from then on.
 func Revoke(ctx context.Context, o Options) error {
-	cfg, err := kube.RESTConfigFromKubeconfig(o.Admin)
+	cfg, err := kube.RESTConfigFromKubeconfig(o.Admin, o.From)
 	if err != nil {
 		return fmt.Errorf("%s: reading its admin kubeconfig: %w", o.What, err)
 	}

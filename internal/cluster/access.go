@@ -18,7 +18,7 @@ func ReadOnlyKubeconfig(ctx context.Context, o Options, e kube.ExportOptions, r 
 	}
 	e.Name = ContextName(o.Lab.Metadata.Name, o.Name) + "-readonly"
 	return access.Run(ctx, access.Options{
-		IO: o.IO, Admin: admin, What: "cluster " + o.Name, DryRun: o.DryRun,
+		IO: o.IO, Admin: admin, What: "cluster " + o.Name, From: KubeconfigOrigin(o.Name), DryRun: o.DryRun,
 		RevokeCommand: "labctl cluster kubeconfig " + o.Name + " --revoke",
 	}, r, e)
 }

@@ -15,13 +15,14 @@ import (
 	"github.com/labctl/labctl/internal/config"
 	"github.com/labctl/labctl/internal/files"
 	"github.com/labctl/labctl/internal/helm"
-	"github.com/labctl/labctl/internal/kube"
 	"github.com/labctl/labctl/internal/versions"
 )
 
 // Cilium installs the CNI into a workload cluster with the Helm SDK.
 type Cilium struct {
 	Release helm.Release
+	// Cluster is the workload cluster's name, for errors reaching it.
+	Cluster string
 }
 
 // NewCilium builds the Cilium release of cluster c: the chart version from
@@ -69,7 +70,7 @@ func NewCilium(lab *config.Lab, c *config.Cluster) (*Cilium, error) {
 	return &Cilium{Release: helm.Release{
 		Name: clusterapi.CiliumRelease, Namespace: clusterapi.CiliumNamespace, Chart: ch,
 		Values: clusterapi.CiliumValues(lab, c),
-	}}, nil
+	}, Cluster: c.Name}, nil
 }
 
 func (c *Cilium) String() string {
@@ -77,9 +78,9 @@ func (c *Cilium) String() string {
 }
 
 func (c *Cilium) client(kubeconfig []byte) (*helm.Client, error) {
-	cfg, err := kube.RESTConfigFromKubeconfig(kubeconfig)
+	cfg, err := WorkloadConfig(kubeconfig, c.Cluster)
 	if err != nil {
-		return nil, fmt.Errorf("installing Cilium: reading the workload cluster's kubeconfig: %w", err)
+		return nil, fmt.Errorf("installing Cilium: %w", err)
 	}
 	return helm.New(cfg), nil
 }

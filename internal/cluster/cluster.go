@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
@@ -280,7 +281,7 @@ func (c *createRun) steps() []step.Step {
 	if c.tenant {
 		steps = append(steps, step.Step{
 			Name:  "wait for the tenant's admin rights",
-			Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return waitTenantAdmin(ctx, kc, o.timeout()) }),
+			Apply: c.onWorkload(func(ctx context.Context, kc []byte) error { return waitTenantAdmin(ctx, o.Name, kc, o.timeout()) }),
 		}, step.Step{
 			// Cilium too comes from the ClusterResourceSet, not from Helm:
 			// the manifest alone makes the same tenant.
@@ -379,6 +380,21 @@ func clusterFlag(flag string) func(map[string]*unstructured.Unstructured) (bool,
 }
 
 // readKubeconfig reads the admin kubeconfig CAPI stored for the cluster.
+// KubeconfigOrigin is where a workload cluster's admin kubeconfig comes
+// from, for the errors of every request sent with it.
+func KubeconfigOrigin(name string) kube.Origin {
+	return kube.Origin{
+		Kubeconfig: "Secret " + clusterapi.Namespace(name) + "/" + clusterapi.KubeconfigSecret(name) + " on the management cluster",
+		Status:     "labctl cluster describe " + name,
+	}
+}
+
+// WorkloadConfig is the REST config of workload cluster name from its
+// admin kubeconfig, whose errors name the Secret (KubeconfigOrigin).
+func WorkloadConfig(kubeconfig []byte, name string) (*rest.Config, error) {
+	return kube.RESTConfigFromKubeconfig(kubeconfig, KubeconfigOrigin(name))
+}
+
 func readKubeconfig(ctx context.Context, m *kube.Client, ns, name string) ([]byte, error) {
 	ref := kube.Ref{GVK: secretGVK, Namespace: ns, Name: clusterapi.KubeconfigSecret(name)}
 	s, found, err := m.Get(ctx, ref)

@@ -27,10 +27,10 @@ const tenantAdminPoll = 2 * time.Second
 // (internal/resources/kubeadm_phases.go, PhaseClusterAdminRBAC): until
 // then each request past discovery is Forbidden, and Cilium's install
 // would fail. Found on the box, where create reached Cilium first.
-func waitTenantAdmin(ctx context.Context, kubeconfig []byte, timeout time.Duration) error {
-	cfg, err := kube.RESTConfigFromKubeconfig(kubeconfig)
+func waitTenantAdmin(ctx context.Context, name string, kubeconfig []byte, timeout time.Duration) error {
+	cfg, err := WorkloadConfig(kubeconfig, name)
 	if err != nil {
-		return fmt.Errorf("reading the tenant's kubeconfig: %w", err)
+		return err
 	}
 	cfg.Timeout = 10 * time.Second
 	cs, err := kubernetes.NewForConfig(cfg)

@@ -89,11 +89,7 @@ func New(io *ui.IO, s *Settings) *Factory {
 		if err != nil {
 			return nil, err
 		}
-		wl, err := kube.RESTConfigFromKubeconfig(kc)
-		if err != nil {
-			return nil, fmt.Errorf("cluster %s: reading its kubeconfig secret: %w", name, err)
-		}
-		return wl, nil
+		return cluster.WorkloadConfig(kc, name)
 	}
 	return f
 }

@@ -91,33 +91,59 @@ func (c *interruptible) Close() error {
 	return c.Conn.Close()
 }
 
+// Origin is where a kubeconfig came from. Every request sent with it
+// names it when the API server refuses or hangs (explainDial,
+// explainHang), with the command that shows whether its cluster is up:
+// client-go's own words ("failed to get server groups: ... connection
+// refused") name neither, and by the time they reach the user nothing
+// says which kubeconfig to look at.
+type Origin struct {
+	// Kubeconfig names it: a file's path, or the Secret that holds it.
+	Kubeconfig string
+	// Status shows whether its cluster is up, e.g. "labctl mgmt status".
+	Status string
+}
+
+// FileOrigin is a kubeconfig file's Origin. Any cluster can be behind
+// one, but most often it is the management cluster.
+func FileOrigin(path string) Origin {
+	return Origin{Kubeconfig: path, Status: "for the management cluster: labctl mgmt status"}
+}
+
+// explain makes every request sent with cfg report a server that refuses
+// or hangs with o.
+func (o Origin) explain(cfg *rest.Config) {
+	cfg.Dial = explainDial(o, cfg.Dial)
+	cfg.Wrap(explainHang(o))
+}
+
 // RESTConfigFromKubeconfig is clientcmd.RESTConfigFromKubeConfig with
-// labctl's settings (user agent, rate limits, the interruptible dial), for
-// kubeconfigs held in memory such as a workload cluster's secret.
-func RESTConfigFromKubeconfig(data []byte) (*rest.Config, error) {
+// labctl's settings (user agent, rate limits, the interruptible dial, and
+// errors that name from), for kubeconfigs held in memory such as a
+// workload cluster's Secret.
+func RESTConfigFromKubeconfig(data []byte, from Origin) (*rest.Config, error) {
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading kubeconfig %s: %w", from.Kubeconfig, err)
 	}
 	cfg.UserAgent = "labctl"
 	tune(cfg)
+	from.explain(cfg)
 	return cfg, nil
 }
 
 // explainDial makes a failed connect name the kubeconfig that named the
-// server, and a fix. client-go's own errors ("failed to get server
-// groups: Get ...: dial tcp ...: connection refused") name neither, and
-// by the time they reach the user nothing says which file to look at.
-// An interrupt or a cancelled request is not the server's fault and
-// passes through as it is. The cause stays wrapped, for errors.Is.
-func explainDial(kubeconfig string, next func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// server, and a fix. An interrupt or a cancelled request is not the
+// server's fault and passes through as it is. The cause stays wrapped,
+// for errors.Is.
+func explainDial(from Origin, next func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := next(ctx, network, addr)
 		var op *net.OpError
 		if err == nil || ctx.Err() != nil || !errors.As(err, &op) {
 			return conn, err
 		}
-		return nil, fmt.Errorf("the API server at %s (from kubeconfig %s) cannot be reached: %w; check that the cluster is up (for the management cluster: labctl mgmt status) and that the kubeconfig's server address is right", addr, kubeconfig, err)
+		return nil, fmt.Errorf("the API server at %s (from kubeconfig %s) cannot be reached: %w; check that the cluster is up (%s) and that the kubeconfig's server address is right", addr, from.Kubeconfig, err, from.Status)
 	}
 }
 
@@ -125,7 +151,7 @@ func explainDial(kubeconfig string, next func(ctx context.Context, network, addr
 // finished TLS name the kubeconfig and a fix, as explainDial does for one
 // that refused: net/http's own words are "net/http: TLS handshake
 // timeout" (client-go's transport gives the handshake 10 s).
-func explainHang(kubeconfig string) func(http.RoundTripper) http.RoundTripper {
+func explainHang(from Origin) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(req)
@@ -133,7 +159,7 @@ func explainHang(kubeconfig string) func(http.RoundTripper) http.RoundTripper {
 			if err == nil || req.Context().Err() != nil || !errors.As(err, &ne) || !ne.Timeout() || !strings.Contains(err.Error(), "TLS handshake timeout") {
 				return resp, err
 			}
-			return nil, fmt.Errorf("the API server at %s (from kubeconfig %s) accepted the connection but did not answer TLS within 10s: %w; check that the cluster is up and not overloaded (for the management cluster: labctl mgmt status) and that the kubeconfig's server address is an API server", req.URL.Host, kubeconfig, err)
+			return nil, fmt.Errorf("the API server at %s (from kubeconfig %s) accepted the connection but did not answer TLS within 10s: %w; check that the cluster is up and not overloaded (%s) and that the kubeconfig's server address is an API server", req.URL.Host, from.Kubeconfig, err, from.Status)
 		})
 	}
 }

@@ -112,8 +112,7 @@ func Connect(path string) (*Client, error) {
 	}
 	cfg.UserAgent = "labctl"
 	tune(cfg)
-	cfg.Dial = explainDial(path, cfg.Dial)
-	cfg.Wrap(explainHang(path))
+	FileOrigin(path).explain(cfg)
 	// clientcmd already resolved relative certificate paths against each
 	// file's folder; keep the files' absolute paths for reports.
 	if len(files) == 1 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -107,17 +106,6 @@ func statusLab(t *testing.T, h hosts) *config.Lab {
 	return lab
 }
 
-// closedPort is a loopback port nothing listens on.
-func closedPort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
 // TestStatusWholeLab reads a lab whose parts are all real where they can
 // be: the management cluster is a real kube-apiserver with Cluster API's,
 // CAPMOX's, IPAM's and Kamaji's CRDs holding lab1 and tenant1 as 'cluster
@@ -129,7 +117,7 @@ func closedPort(t *testing.T) string {
 // pve-off refuses. Every part still shows, and each dead one says why
 // and what to check.
 func TestStatusWholeLab(t *testing.T) {
-	h := hosts{pve: pvetest.New(t), kvm1: libvirttest.Start(t), silent: testbed.StartSilent(t), closed: closedPort(t)}
+	h := hosts{pve: pvetest.New(t), kvm1: libvirttest.Start(t), silent: testbed.StartSilent(t), closed: testbed.ClosedAddr(t)}
 	lab := statusLab(t, h)
 	env := testbed.Start(t, testbed.WithCRDs("capi", "capmox", "ipam", "kamaji"))
 

@@ -232,7 +232,7 @@ type KubeconfigOptions struct {
 // Kubeconfig prints the stored management kubeconfig or writes it to a file.
 func Kubeconfig(ctx context.Context, o KubeconfigOptions) error {
 	lab := o.Lab
-	data, err := storedKubeconfig(lab.Metadata.Name)
+	data, _, err := storedKubeconfig(lab.Metadata.Name)
 	if err != nil {
 		return err
 	}
@@ -240,18 +240,19 @@ func Kubeconfig(ctx context.Context, o KubeconfigOptions) error {
 		Write: o.Path, Force: o.Force, Merge: o.Merge, Name: "labctl-" + lab.Metadata.Name + "-mgmt"})
 }
 
-// storedKubeconfig reads the management kubeconfig mgmt up stored for lab.
-func storedKubeconfig(lab string) ([]byte, error) {
+// storedKubeconfig reads the management kubeconfig mgmt up stored for
+// lab, and says where it is.
+func storedKubeconfig(lab string) ([]byte, string, error) {
 	src, err := kube.MgmtKubeconfigPath(lab)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	data, err := os.ReadFile(src)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("no kubeconfig stored for lab %s at %s: run 'labctl mgmt up'", lab, src)
+		return nil, "", fmt.Errorf("no kubeconfig stored for lab %s at %s: run 'labctl mgmt up'", lab, src)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the stored kubeconfig: %w", err)
+		return nil, "", fmt.Errorf("reading the stored kubeconfig: %w", err)
 	}
-	return data, nil
+	return data, src, nil
 }

@@ -50,3 +50,16 @@ func StartSilent(t testing.TB) *Silent {
 	}()
 	return s
 }
+
+// ClosedAddr is a loopback address nothing listens on: a port that was
+// just free, for a server that refuses the connection.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}

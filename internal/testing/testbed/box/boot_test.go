@@ -667,7 +667,7 @@ func scaleTest(ctx context.Context, t testing.TB, e *bootEnv, lab *config.Lab, n
 			if err != nil {
 				return nil, err
 			}
-			return kube.RESTConfigFromKubeconfig(kc)
+			return cluster.WorkloadConfig(kc, name)
 		},
 	})
 	t.Logf("scale-test's progress:\n%s", errb.String())

@@ -363,7 +363,7 @@ func workloadClient(ctx context.Context, t *testing.T, e *bootEnv) kubernetes.In
 // clientOf is a client of the workload cluster kubeconfig kc reaches.
 func clientOf(t testing.TB, kc []byte) kubernetes.Interface {
 	t.Helper()
-	cfg, err := kube.RESTConfigFromKubeconfig(kc)
+	cfg, err := kube.RESTConfigFromKubeconfig(kc, kube.Origin{Kubeconfig: "of a workload cluster in the box", Status: "the box's logs"})
 	if err != nil {
 		t.Fatal(err)
 	}
