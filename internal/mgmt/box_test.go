@@ -26,6 +26,7 @@ import (
 
 	"github.com/labctl/labctl/internal/components"
 	"github.com/labctl/labctl/internal/config"
+	"github.com/labctl/labctl/internal/datastore"
 	"github.com/labctl/labctl/internal/mgmt"
 	"github.com/labctl/labctl/internal/provider/libvirt/api/v1alpha1"
 	"github.com/labctl/labctl/internal/provider/libvirt/release"
@@ -356,8 +357,38 @@ func TestInstallKamajiOnTheBox(t *testing.T) {
 		t.Errorf("the kamaji-etcd setup Job is still there: Helm deletes it only when it succeeded")
 	}
 	checkDatastoreThroughPortForward(t, b, cs)
+	checkBackupReachesTheDatastore(t, b)
 
 	t.Run("no-op re-run", func(t *testing.T) { checkNoOpRerun(t, b, lab, dir, want) })
+}
+
+// checkBackupReachesTheDatastore: labctl's datastore client, as 'mgmt
+// backup' and 'mgmt restore' open the chart's DataStore: its endpoint a
+// Pod's name, reached through the API server's port-forward, as the root
+// user with auth on (the setup Job's work). A key written under a
+// tenant's prefix reads back, and Count sees it.
+func checkBackupReachesTheDatastore(t *testing.T, b *box.Box) {
+	t.Helper()
+	store, err := datastore.Open(ctx(t), bedFor(b.Env).client, components.KamajiDataStore)
+	if err != nil {
+		t.Fatalf("opening the DataStore %s as a backup does: %v", components.KamajiDataStore, err)
+	}
+	defer store.Close()
+	if !strings.HasSuffix(store.Endpoint, ".svc.cluster.local:2379") {
+		t.Errorf("the DataStore was reached at %s, want the chart's Pod name", store.Endpoint)
+	}
+	prefix := datastore.Prefix("backup-check")
+	kvs := []datastore.KV{{Key: []byte(prefix + "a"), Value: []byte("1")}, {Key: []byte(prefix + "b"), Value: []byte("2")}}
+	if err := store.Put(ctx(t), kvs); err != nil {
+		t.Fatal(err)
+	}
+	got, rev, err := store.Keys(ctx(t), prefix)
+	if err != nil || len(got) != 2 || string(got[1].Value) != "2" || rev == 0 {
+		t.Errorf("keys under %s: %v at revision %d (%v), want the two written", prefix, got, rev, err)
+	}
+	if n, err := store.Count(ctx(t), prefix); err != nil || n != 2 {
+		t.Errorf("Count(%s) = %d, %v; want 2", prefix, n, err)
+	}
 }
 
 // checkDatastoreThroughPortForward reaches the datastore as labctl's
