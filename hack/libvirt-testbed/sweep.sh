@@ -34,5 +34,16 @@ if [ -S /run/libvirt/libvirt-sock ]; then
 		echo "removed network $net"
 	fi
 fi
+# A pool's folder outlives its libvirtd (host-up starts a new one): files a
+# killed run left there would come back as volumes of the next run's pool,
+# which its "nothing left" checks then find.
+dir=/var/lib/libvirt/images/$pool
+if [ -d "$dir" ] && ! { [ -S /run/libvirt/libvirt-sock ] && v pool-info "$pool" >/dev/null; }; then
+	for f in "$dir"/*; do
+		[ -e "$f" ] || continue
+		rm -f -- "$f" && echo "removed $f"
+	done
+	rmdir "$dir" 2>/dev/null && echo "removed folder $dir"
+fi
 while iptables -D FORWARD -i "$bridge" ! -o "$bridge" -j REJECT 2>/dev/null; do echo "removed the FORWARD fence of $bridge"; done
 true
