@@ -42,10 +42,18 @@ sources_file=${TESTBED_SOURCES:-$root/hack/testbed/sources}
 mkdir -p "$out"
 
 kv=v1.35.4
-kube_ldflags="-X k8s.io/component-base/version.gitVersion=$kv -X k8s.io/component-base/version.gitMajor=1 \
+# kube_ldflags VERSION: what Kubernetes' own build stamps (hack/lib/version.sh
+# kube::version::ldflags), so /version and --version tell the release.
+kube_ldflags() {
+  echo "-X k8s.io/component-base/version.gitVersion=$1 -X k8s.io/component-base/version.gitMajor=1 \
  -X k8s.io/component-base/version.gitMinor=35 -X k8s.io/component-base/version.gitTreeState=clean \
- -X k8s.io/client-go/pkg/version.gitVersion=$kv -X k8s.io/client-go/pkg/version.gitMajor=1 \
+ -X k8s.io/client-go/pkg/version.gitVersion=$1 -X k8s.io/client-go/pkg/version.gitMajor=1 \
  -X k8s.io/client-go/pkg/version.gitMinor=35"
+}
+# The release before the pin, whose control plane the upgrade tests start
+# a workload cluster at (hack/testbed/apiserver-$kv_prev); its binaries
+# are named NAME-$kv_prev.
+kv_prev=v1.35.3
 capi_ldflags="-X sigs.k8s.io/cluster-api/version.gitVersion=v1.12.10 -X sigs.k8s.io/cluster-api/version.gitMajor=1 \
  -X sigs.k8s.io/cluster-api/version.gitMinor=12 -X sigs.k8s.io/cluster-api/version.gitTreeState=clean"
 
@@ -56,6 +64,7 @@ capi_ldflags="-X sigs.k8s.io/cluster-api/version.gitVersion=v1.12.10 -X sigs.k8s
 # The wrappers and why each is apart (docs/testing.md, "One graph per
 # version set"):
 #   apiserver    k8s.io/kubernetes v1.35.4: the control plane
+#   apiserver-v1.35.3  the same at v1.35.3, the release an upgrade starts from
 #   controllers  Cluster API v1.12.10's managers, CAPMOX and the operator:
 #                one k8s.io v0.34, controller-runtime v0.22, Cluster API
 #                v1.12.10 version set
@@ -69,14 +78,17 @@ capi_ldflags="-X sigs.k8s.io/cluster-api/version.gitVersion=v1.12.10 -X sigs.k8s
 # with (check with `go list -m all` in the wrapper that nothing else moves),
 # else into a wrapper of its own.
 envtest_set=(etcd kube-apiserver kubectl)
-controllers_set=(kube-controller-manager kube-scheduler cluster-api kubeadm-bootstrap kubeadm-control-plane
+controllers_set=(kube-controller-manager kube-scheduler
+  kube-apiserver-$kv_prev kube-controller-manager-$kv_prev kube-scheduler-$kv_prev cluster-api kubeadm-bootstrap kubeadm-control-plane
   capmox ipam-in-cluster cluster-api-operator kwok cluster-autoscaler kamaji kamaji-provider)
 kamaji_ldflags="-X github.com/clastix/kamaji/internal.GitCommit=e51909fae3f5 -X github.com/clastix/kamaji/internal.GitTag=26.4.2-edge"
 spec() {
   case $1 in
   etcd) echo "hack/testbed/etcd|go.etcd.io/etcd/server/v3|go.etcd.io/etcd/server/v3 v3.6.16||" ;;
   kube-apiserver | kubectl | kube-controller-manager | kube-scheduler)
-    echo "hack/testbed/apiserver|k8s.io/kubernetes/cmd/$1|k8s.io/kubernetes $kv|$kube_ldflags|" ;;
+    echo "hack/testbed/apiserver|k8s.io/kubernetes/cmd/$1|k8s.io/kubernetes $kv|$(kube_ldflags $kv)|" ;;
+  kube-apiserver-$kv_prev | kube-controller-manager-$kv_prev | kube-scheduler-$kv_prev)
+    echo "hack/testbed/apiserver-$kv_prev|k8s.io/kubernetes/cmd/${1%-"$kv_prev"}|k8s.io/kubernetes $kv_prev|$(kube_ldflags $kv_prev)|" ;;
   cluster-api) echo "hack/testbed/controllers|sigs.k8s.io/cluster-api|sigs.k8s.io/cluster-api v1.12.10|$capi_ldflags|" ;;
   kubeadm-bootstrap) echo "hack/testbed/controllers|sigs.k8s.io/cluster-api/bootstrap/kubeadm|sigs.k8s.io/cluster-api v1.12.10|$capi_ldflags|" ;;
   kubeadm-control-plane) echo "hack/testbed/controllers|sigs.k8s.io/cluster-api/controlplane/kubeadm|sigs.k8s.io/cluster-api v1.12.10|$capi_ldflags|" ;;

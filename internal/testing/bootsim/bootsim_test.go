@@ -249,7 +249,7 @@ func cloudInit(t *testing.T, fake *pvetest.Server, vmid int, userData, metaData,
 	t.Helper()
 	// As image-builder's templates: the guest agent on. (Set before the
 	// server knows of any request for this VM.)
-	fake.AddVM("pv1-1", vmid, "m", 2048, false, false).Config["agent"] = "1"
+	fake.AddVM("pv1-1", vmid, "m", 2048, false, false, "labctl", "kubernetes-v1.35.4").Config["agent"] = "1"
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	vm := vmOf(ctx, t, fake, vmid)

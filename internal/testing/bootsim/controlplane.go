@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
 	"github.com/labctl/labctl/internal/testing/testbed/runner"
 )
@@ -39,21 +40,24 @@ var clusterPKI = []string{
 	"front-proxy-ca.crt", "front-proxy-ca.key", "sa.pub", "sa.key",
 }
 
-// controlPlane is one workload cluster's control plane, as kubeadm init
-// leaves it running on the first machine: etcd, kube-apiserver,
-// kube-controller-manager and kube-scheduler from the test bed's
-// binaries.
+// controlPlane is one control-plane machine of a stacked control plane,
+// as kubeadm init or kubeadm join --control-plane leaves it running:
+// etcd, kube-apiserver, kube-controller-manager and kube-scheduler from
+// the test bed's binaries of the Kubernetes version the cluster's
+// ClusterConfiguration names.
 type controlPlane struct {
-	name     string // the ClusterConfiguration's clusterName
-	endpoint string // host:port of controlPlaneEndpoint
-	nodeIP   net.IP
-	dir      string
-	ca       *pki.CA
-	caPEM    []byte
-	// Admin is super-admin.conf's client (system:masters).
-	admin      *rest.Config
-	kubeconfig string // super-admin.conf's file
-	procs      []*proc
+	node    string
+	version string
+	nodeIP  net.IP
+	apiAddr string // nodeIP:bindPort, where its kube-apiserver listens
+	dir     string
+	// admin is super-admin.conf's client aimed at this machine's own API
+	// server, for its readiness.
+	admin *rest.Config
+	procs []*proc
+	// kubelet is the kubelet API on nodeIP:10250, forwarded to kwok,
+	// which plays every Node's kubelet.
+	kubelet net.Listener
 }
 
 type proc struct {
@@ -63,59 +67,84 @@ type proc struct {
 	done chan error
 }
 
-// startControlPlane does what kubeadm init's certs, kubeconfig, etcd and
-// control-plane phases do, and runs the static pods' binaries as the
-// kubelet would run their manifests.
-// On an error, whatever it started is stopped again.
-func startControlPlane(ctx context.Context, assets, dir string, b *Bootstrap, nodeIP net.IP) (_ *controlPlane, err error) {
-	host, port, err := net.SplitHostPort(b.Cluster.ControlPlaneEndpoint)
+// memberSpec is what a control-plane machine starts from.
+type memberSpec struct {
+	// cluster is the ClusterConfiguration: init's from its config file,
+	// a join's from the cluster's kubeadm-config, as kubeadm reads it.
+	cluster  *ClusterConfiguration
+	node     string
+	nodeIP   net.IP
+	bindPort int32
+	files    map[string][]byte // write_files
+	assets   string            // the test bed's binaries
+	dir      string
+	// joinEtcd adds the machine's etcd member to the running cluster and
+	// returns etcd's --initial-cluster and how to promote the learner
+	// (kubeadm join); nil for kubeadm init, which starts a new cluster.
+	joinEtcd func(ctx context.Context, peerURL string) (initialCluster string, promote func(context.Context) error, err error)
+}
+
+// startControlPlane does what kubeadm init's (or kubeadm join
+// --control-plane's) certs, kubeconfig, etcd and control-plane phases do,
+// and runs the static pods' binaries as the kubelet would run their
+// manifests: those of the version the ClusterConfiguration names, which
+// the test bed must have built (KubernetesAssets). On an error, whatever
+// it started is stopped again.
+func startControlPlane(ctx context.Context, m memberSpec) (_ *controlPlane, err error) {
+	cc := m.cluster
+	host, _, err := net.SplitHostPort(cc.ControlPlaneEndpoint)
 	if err != nil {
-		return nil, fmt.Errorf("controlPlaneEndpoint %q: %w", b.Cluster.ControlPlaneEndpoint, err)
+		return nil, fmt.Errorf("controlPlaneEndpoint %q: %w", cc.ControlPlaneEndpoint, err)
 	}
 	vip := net.ParseIP(host)
-	if vip == nil || !vip.IsLoopback() || !nodeIP.IsLoopback() {
-		return nil, fmt.Errorf("controlPlaneEndpoint %s and node address %s: the stand-in serves only loopback addresses (127.0.0.0/8); map the lab onto loopback", host, nodeIP)
+	if vip == nil || !vip.IsLoopback() || !m.nodeIP.IsLoopback() {
+		return nil, fmt.Errorf("controlPlaneEndpoint %s and node address %s: the stand-in serves only loopback addresses (127.0.0.0/8); map the lab onto loopback", host, m.nodeIP)
 	}
-	cp := &controlPlane{name: b.Cluster.ClusterName, endpoint: b.Cluster.ControlPlaneEndpoint, nodeIP: nodeIP, dir: dir}
+	bins := map[string]string{}
+	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if bins[name], err = testbed.KubernetesBinary(m.assets, cc.KubernetesVersion, name); err != nil {
+			return nil, fmt.Errorf("ClusterConfiguration kubernetesVersion %s: %w", cc.KubernetesVersion, err)
+		}
+	}
+	if m.bindPort == 0 {
+		m.bindPort = 6443 // v1beta4 DefaultAPIBindPort
+	}
+	ip := m.nodeIP.String()
+	cp := &controlPlane{node: m.node, version: cc.KubernetesVersion, nodeIP: m.nodeIP, dir: m.dir,
+		apiAddr: net.JoinHostPort(ip, fmt.Sprint(m.bindPort))}
 	defer func() {
 		if err != nil {
 			cp.stop()
 		}
 	}()
-	pkiPath := filepath.Join(dir, "pki")
+	pkiPath := filepath.Join(m.dir, "pki")
 	if err := os.MkdirAll(filepath.Join(pkiPath, "etcd"), 0o700); err != nil {
 		return nil, err
 	}
 	for _, f := range clusterPKI {
-		data, ok := b.Files[pkiDir+"/"+f]
+		data, ok := m.files[pkiDir+"/"+f]
 		if !ok {
-			return nil, fmt.Errorf("kubeadm init: user-data's write_files lacks %s/%s, which Cluster API hands the first control-plane machine", pkiDir, f)
+			return nil, fmt.Errorf("user-data's write_files lacks %s/%s, which Cluster API hands every control-plane machine", pkiDir, f)
 		}
 		if err := os.WriteFile(filepath.Join(pkiPath, f), data, 0o600); err != nil {
 			return nil, err
 		}
 	}
-	load := func(name string) (*pki.CA, error) {
-		ca, err := pki.LoadCA(b.Files[pkiDir+"/"+name+".crt"], b.Files[pkiDir+"/"+name+".key"])
-		if err != nil {
-			return nil, fmt.Errorf("kubeadm init: %s/%s.crt and .key: %w", pkiDir, name, err)
-		}
-		return ca, nil
-	}
-	if cp.ca, err = load("ca"); err != nil {
-		return nil, err
-	}
-	cp.caPEM = b.Files[pkiDir+"/ca.crt"]
-	etcdCA, err := load("etcd/ca")
+	ca, err := loadCA(m.files, "ca")
 	if err != nil {
 		return nil, err
 	}
-	proxyCA, err := load("front-proxy-ca")
+	etcdCA, err := loadCA(m.files, "etcd/ca")
 	if err != nil {
 		return nil, err
 	}
+	proxyCA, err := loadCA(m.files, "front-proxy-ca")
+	if err != nil {
+		return nil, err
+	}
+	caPEM := m.files[pkiDir+"/ca.crt"]
 
-	svcCIDR := b.Cluster.Networking.ServiceSubnet
+	svcCIDR := cc.Networking.ServiceSubnet
 	if svcCIDR == "" {
 		svcCIDR = "10.96.0.0/12" // v1beta4 DefaultServicesSubnet
 	}
@@ -125,17 +154,17 @@ func startControlPlane(ctx context.Context, assets, dir string, b *Bootstrap, no
 	}
 	svcIP := append(net.IP(nil), svcNet.IP.To4()...)
 	svcIP[3]++
-	dnsDomain := b.Cluster.Networking.DNSDomain
+	dnsDomain := cc.Networking.DNSDomain
 	if dnsDomain == "" {
 		dnsDomain = "cluster.local"
 	}
-	nodeName := b.Node.Name
+	nodeName := m.node
 
 	// The leaves of cmd/kubeadm/app/phases/certs/certlist.go (names,
 	// subjects, usages and SANs as GetDefaultCertList and
 	// pkiutil.GetAPIServerAltNames / GetEtcdAltNames make them).
 	server, client := x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth
-	apiNames := append([]string{nodeName, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + dnsDomain}, b.Cluster.APIServer.CertSANs...)
+	apiNames := append([]string{nodeName, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + dnsDomain}, cc.APIServer.CertSANs...)
 	leaves := []struct {
 		file    string
 		ca      *pki.CA
@@ -144,18 +173,18 @@ func startControlPlane(ctx context.Context, assets, dir string, b *Bootstrap, no
 		ips     []net.IP
 		usages  []x509.ExtKeyUsage
 	}{
-		{"apiserver", cp.ca, pkix.Name{CommonName: "kube-apiserver"}, apiNames, []net.IP{svcIP, nodeIP, vip}, []x509.ExtKeyUsage{server}},
-		{"apiserver-kubelet-client", cp.ca, pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"kubeadm:cluster-admins"}}, nil, nil, []x509.ExtKeyUsage{client}},
+		{"apiserver", ca, pkix.Name{CommonName: "kube-apiserver"}, apiNames, []net.IP{svcIP, m.nodeIP, vip}, []x509.ExtKeyUsage{server}},
+		{"apiserver-kubelet-client", ca, pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"kubeadm:cluster-admins"}}, nil, nil, []x509.ExtKeyUsage{client}},
 		{"apiserver-etcd-client", etcdCA, pkix.Name{CommonName: "kube-apiserver-etcd-client"}, nil, nil, []x509.ExtKeyUsage{client}},
 		{"front-proxy-client", proxyCA, pkix.Name{CommonName: "front-proxy-client"}, nil, nil, []x509.ExtKeyUsage{client}},
-		{"etcd/server", etcdCA, pkix.Name{CommonName: nodeName}, []string{nodeName, "localhost"}, []net.IP{nodeIP, net.IPv4(127, 0, 0, 1)}, []x509.ExtKeyUsage{server, client}},
-		{"etcd/peer", etcdCA, pkix.Name{CommonName: nodeName}, []string{nodeName, "localhost"}, []net.IP{nodeIP, net.IPv4(127, 0, 0, 1)}, []x509.ExtKeyUsage{server, client}},
+		{"etcd/server", etcdCA, pkix.Name{CommonName: nodeName}, []string{nodeName, "localhost"}, []net.IP{m.nodeIP, net.IPv4(127, 0, 0, 1)}, []x509.ExtKeyUsage{server, client}},
+		{"etcd/peer", etcdCA, pkix.Name{CommonName: nodeName}, []string{nodeName, "localhost"}, []net.IP{m.nodeIP, net.IPv4(127, 0, 0, 1)}, []x509.ExtKeyUsage{server, client}},
 		{"etcd/healthcheck-client", etcdCA, pkix.Name{CommonName: "kube-etcd-healthcheck-client"}, nil, nil, []x509.ExtKeyUsage{client}},
 	}
 	for _, l := range leaves {
 		p, err := l.ca.Leaf(l.subject, l.dns, l.ips, l.usages...)
 		if err != nil {
-			return nil, fmt.Errorf("kubeadm init: making %s: %w", l.file, err)
+			return nil, fmt.Errorf("making %s: %w", l.file, err)
 		}
 		if err := writePair(filepath.Join(pkiPath, l.file), p); err != nil {
 			return nil, err
@@ -163,42 +192,54 @@ func startControlPlane(ctx context.Context, assets, dir string, b *Bootstrap, no
 	}
 
 	// The kubeconfig files of cmd/kubeadm/app/phases/kubeconfig
-	// (kubeconfig.go getKubeConfigSpecsBase): the components' reach the
-	// API server at the node's own address in kubeadm; here the
-	// apiserver listens on the endpoint only (kube-vip's address), so
-	// all of them use the endpoint.
-	server6443 := "https://" + b.Cluster.ControlPlaneEndpoint
-	kubeconfigs := map[string]pkix.Name{
-		"super-admin.conf":        {CommonName: "kubernetes-super-admin", Organization: []string{"system:masters"}},
-		"admin.conf":              {CommonName: "kubernetes-admin", Organization: []string{"kubeadm:cluster-admins"}},
-		"controller-manager.conf": {CommonName: "system:kube-controller-manager"},
-		"scheduler.conf":          {CommonName: "system:kube-scheduler"},
+	// (kubeconfig.go getKubeConfigSpecsBase): admin and super-admin reach
+	// the cluster at the control-plane endpoint, controller-manager and
+	// scheduler their own machine's API server (the local API endpoint).
+	endpoint := "https://" + cc.ControlPlaneEndpoint
+	local := "https://" + cp.apiAddr
+	kubeconfigs := map[string]struct {
+		server string
+		subj   pkix.Name
+	}{
+		"super-admin.conf":        {endpoint, pkix.Name{CommonName: "kubernetes-super-admin", Organization: []string{"system:masters"}}},
+		"admin.conf":              {endpoint, pkix.Name{CommonName: "kubernetes-admin", Organization: []string{"kubeadm:cluster-admins"}}},
+		"controller-manager.conf": {local, pkix.Name{CommonName: "system:kube-controller-manager"}},
+		"scheduler.conf":          {local, pkix.Name{CommonName: "system:kube-scheduler"}},
 	}
-	for file, subj := range kubeconfigs {
-		p, err := cp.ca.Leaf(subj, nil, nil, client)
+	for file, k := range kubeconfigs {
+		p, err := ca.Leaf(k.subj, nil, nil, client)
 		if err != nil {
-			return nil, fmt.Errorf("kubeadm init: making %s: %w", file, err)
+			return nil, fmt.Errorf("making %s: %w", file, err)
 		}
-		if err := writeKubeconfig(filepath.Join(dir, file), cp.name, server6443, cp.caPEM, p); err != nil {
+		if err := writeKubeconfig(filepath.Join(m.dir, file), cc.ClusterName, k.server, caPEM, p); err != nil {
 			return nil, err
 		}
 	}
-	cp.kubeconfig = filepath.Join(dir, "super-admin.conf")
-	if cp.admin, err = clientcmd.BuildConfigFromFlags("", cp.kubeconfig); err != nil {
+	if cp.admin, err = clientcmd.BuildConfigFromFlags(local, filepath.Join(m.dir, "super-admin.conf")); err != nil {
 		return nil, err
 	}
 
-	ip := nodeIP.String()
 	pk := func(f string) string { return filepath.Join(pkiPath, f) }
-	// etcd as cmd/kubeadm/app/phases/etcd/local.go getEtcdCommand.
-	if err := cp.run(assets, "etcd",
+	// etcd as cmd/kubeadm/app/phases/etcd/local.go getEtcdCommand; a
+	// joining machine's member is first added to the running cluster
+	// (CreateStackedEtcdStaticPodManifestFile).
+	peerURL := "https://" + ip + ":2380"
+	initialCluster, state, promote := nodeName+"="+peerURL, "new", func(context.Context) error { return nil }
+	if m.joinEtcd != nil {
+		if initialCluster, promote, err = m.joinEtcd(ctx, peerURL); err != nil {
+			return nil, fmt.Errorf("adding etcd member %s: %w", nodeName, err)
+		}
+		state = "existing"
+	}
+	if err := cp.run(filepath.Join(m.assets, "etcd"),
 		"--name="+nodeName,
-		"--data-dir="+filepath.Join(dir, "etcd"),
+		"--data-dir="+filepath.Join(m.dir, "etcd"),
 		"--advertise-client-urls=https://"+ip+":2379",
 		"--listen-client-urls=https://"+ip+":2379",
-		"--initial-advertise-peer-urls=https://"+ip+":2380",
-		"--listen-peer-urls=https://"+ip+":2380",
-		"--initial-cluster="+nodeName+"=https://"+ip+":2380",
+		"--initial-advertise-peer-urls="+peerURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-cluster="+initialCluster,
+		"--initial-cluster-state="+state,
 		"--listen-metrics-urls=http://"+ip+":2381",
 		"--client-cert-auth=true", "--peer-client-cert-auth=true",
 		"--cert-file="+pk("etcd/server.crt"), "--key-file="+pk("etcd/server.key"), "--trusted-ca-file="+pk("etcd/ca.crt"),
@@ -207,13 +248,17 @@ func startControlPlane(ctx context.Context, assets, dir string, b *Bootstrap, no
 	); err != nil {
 		return nil, err
 	}
+	if err := promote(ctx); err != nil {
+		return nil, fmt.Errorf("promoting etcd member %s: %w\n%s", nodeName, err, cp.logs())
+	}
 	// kube-apiserver as cmd/kubeadm/app/phases/controlplane/manifests.go
-	// getAPIServerCommand, bound to the endpoint's address, where kube-vip
-	// would hold the VIP, and the ClusterConfiguration's extraArgs after.
+	// getAPIServerCommand, on the machine's own address; the endpoint's
+	// address is kube-vip's (vip.go). The ClusterConfiguration's extraArgs
+	// come after.
 	apiArgs := []string{
 		"--advertise-address=" + ip,
-		"--bind-address=" + host,
-		"--secure-port=" + port,
+		"--bind-address=" + ip,
+		"--secure-port=" + fmt.Sprint(m.bindPort),
 		"--allow-privileged=true",
 		"--authorization-mode=Node,RBAC",
 		"--client-ca-file=" + pk("ca.crt"),
@@ -240,22 +285,35 @@ func startControlPlane(ctx context.Context, assets, dir string, b *Bootstrap, no
 		"--tls-cert-file=" + pk("apiserver.crt"),
 		"--tls-private-key-file=" + pk("apiserver.key"),
 	}
-	if err := cp.run(assets, "kube-apiserver", append(apiArgs, extraArgs(b.Cluster.APIServer.ExtraArgs)...)...); err != nil {
+	if err := cp.run(bins["kube-apiserver"], append(apiArgs, extraArgs(cc.APIServer.ExtraArgs)...)...); err != nil {
 		return nil, err
 	}
 	if err := cp.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	// What runs is the version asked for, by the binary's own word: the
+	// test bed stamps each build as Kubernetes' release build does.
+	cs, err := kubernetes.NewForConfig(cp.admin)
+	if err != nil {
+		return nil, err
+	}
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		return nil, fmt.Errorf("the API server's /version: %w", err)
+	}
+	if v.GitVersion != cc.KubernetesVersion {
+		return nil, fmt.Errorf("kubernetesVersion %s, but the test bed's %s says it is %s", cc.KubernetesVersion, bins["kube-apiserver"], v.GitVersion)
+	}
 	// kube-controller-manager as getControllerManagerCommand: the
 	// bootstrapsigner signs cluster-info for kubeadm join's discovery and
 	// nodeipam cuts each Node's podCIDR from networking.podSubnet.
 	cmArgs := []string{
-		"--kubeconfig=" + filepath.Join(dir, "controller-manager.conf"),
-		"--authentication-kubeconfig=" + filepath.Join(dir, "controller-manager.conf"),
-		"--authorization-kubeconfig=" + filepath.Join(dir, "controller-manager.conf"),
+		"--kubeconfig=" + filepath.Join(m.dir, "controller-manager.conf"),
+		"--authentication-kubeconfig=" + filepath.Join(m.dir, "controller-manager.conf"),
+		"--authorization-kubeconfig=" + filepath.Join(m.dir, "controller-manager.conf"),
 		"--bind-address=" + ip,
 		"--client-ca-file=" + pk("ca.crt"),
-		"--cluster-name=" + cp.name,
+		"--cluster-name=" + cc.ClusterName,
 		"--cluster-signing-cert-file=" + pk("ca.crt"),
 		"--cluster-signing-key-file=" + pk("ca.key"),
 		"--controllers=*,bootstrapsigner,tokencleaner",
@@ -266,23 +324,33 @@ func startControlPlane(ctx context.Context, assets, dir string, b *Bootstrap, no
 		"--service-cluster-ip-range=" + svcCIDR,
 		"--use-service-account-credentials=true",
 	}
-	if pod := b.Cluster.Networking.PodSubnet; pod != "" {
+	if pod := cc.Networking.PodSubnet; pod != "" {
 		cmArgs = append(cmArgs, "--allocate-node-cidrs=true", "--cluster-cidr="+pod)
 	}
-	if err := cp.run(assets, "kube-controller-manager", append(cmArgs, extraArgs(b.Cluster.ControllerManager.ExtraArgs)...)...); err != nil {
+	if err := cp.run(bins["kube-controller-manager"], append(cmArgs, extraArgs(cc.ControllerManager.ExtraArgs)...)...); err != nil {
 		return nil, err
 	}
 	// kube-scheduler as getSchedulerCommand.
-	if err := cp.run(assets, "kube-scheduler", append([]string{
-		"--kubeconfig=" + filepath.Join(dir, "scheduler.conf"),
-		"--authentication-kubeconfig=" + filepath.Join(dir, "scheduler.conf"),
-		"--authorization-kubeconfig=" + filepath.Join(dir, "scheduler.conf"),
+	if err := cp.run(bins["kube-scheduler"], append([]string{
+		"--kubeconfig=" + filepath.Join(m.dir, "scheduler.conf"),
+		"--authentication-kubeconfig=" + filepath.Join(m.dir, "scheduler.conf"),
+		"--authorization-kubeconfig=" + filepath.Join(m.dir, "scheduler.conf"),
 		"--bind-address=" + ip,
 		"--leader-elect=true",
-	}, extraArgs(b.Cluster.Scheduler.ExtraArgs)...)...); err != nil {
+	}, extraArgs(cc.Scheduler.ExtraArgs)...)...); err != nil {
 		return nil, err
 	}
 	return cp, nil
+}
+
+// loadCA reads the cluster CA name (ca, etcd/ca, front-proxy-ca) from
+// write_files.
+func loadCA(files map[string][]byte, name string) (*pki.CA, error) {
+	ca, err := pki.LoadCA(files[pkiDir+"/"+name+".crt"], files[pkiDir+"/"+name+".key"])
+	if err != nil {
+		return nil, fmt.Errorf("%s/%s.crt and .key: %w", pkiDir, name, err)
+	}
+	return ca, nil
 }
 
 func extraArgs(args []kubeadmArg) []string {
@@ -317,8 +385,8 @@ func writeKubeconfig(path, cluster, server string, caPEM []byte, p pki.Pair) err
 
 // run starts one control-plane binary with its log in the cluster's
 // folder.
-func (cp *controlPlane) run(assets, name string, args ...string) error {
-	bin := filepath.Join(assets, name)
+func (cp *controlPlane) run(bin string, args ...string) error {
+	name := filepath.Base(bin)
 	logPath := filepath.Join(cp.dir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -334,6 +402,17 @@ func (cp *controlPlane) run(assets, name string, args ...string) error {
 	go func() { p.done <- cmd.Wait(); f.Close() }()
 	cp.procs = append(cp.procs, p)
 	return nil
+}
+
+// ready is one look at the machine's API server's /readyz: ready means it
+// serves, with its etcd member in the cluster.
+func (cp *controlPlane) ready(ctx context.Context) bool {
+	cs, err := kubernetes.NewForConfig(cp.admin)
+	if err != nil {
+		return false
+	}
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	return err == nil && string(body) == "ok"
 }
 
 // waitReady waits for the API server's /readyz, failing early when a
@@ -365,12 +444,16 @@ func (cp *controlPlane) waitReady(ctx context.Context) error {
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("the workload API server at %s is not ready after 2 minutes: %v", cp.endpoint, last)
+	return fmt.Errorf("the workload API server at %s is not ready after 2 minutes: %v", cp.apiAddr, last)
 }
 
 // stop ends the processes, newest first (the API server before etcd):
 // SIGTERM, then SIGKILL after 10 s.
 func (cp *controlPlane) stop() {
+	if cp.kubelet != nil {
+		_ = cp.kubelet.Close()
+		cp.kubelet = nil
+	}
 	for i := len(cp.procs) - 1; i >= 0; i-- {
 		p := cp.procs[i]
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)

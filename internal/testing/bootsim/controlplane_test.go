@@ -12,6 +12,7 @@ import (
 
 	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/pki"
+	"github.com/labctl/labctl/internal/versions"
 )
 
 // A control plane that cannot come up (here: an apiServer extraArg
@@ -37,12 +38,11 @@ func TestControlPlaneThatFailsStopsWhatItStarted(t *testing.T) {
 	}
 	files[pkiDir+"/sa.key"] = pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
 	files[pkiDir+"/sa.pub"] = pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})
-	b := &Bootstrap{Action: Init, Files: files, Node: NodeSpec{Name: "cp-0"},
-		Cluster: &ClusterConfiguration{ClusterName: "t", ControlPlaneEndpoint: "127.77.9.30:6443"}}
-	b.Cluster.APIServer.ExtraArgs = []kubeadmArg{{Name: "no-such-flag", Value: "x"}}
+	cc := &ClusterConfiguration{ClusterName: "t", ControlPlaneEndpoint: "127.77.9.30:6443", KubernetesVersion: versions.MustGet().Kubernetes}
+	cc.APIServer.ExtraArgs = []kubeadmArg{{Name: "no-such-flag", Value: "x"}}
 	nodeIP := net.ParseIP("127.77.9.40")
 
-	_, err = startControlPlane(t.Context(), assets, t.TempDir(), b, nodeIP)
+	_, err = startControlPlane(t.Context(), memberSpec{cluster: cc, node: "cp-0", nodeIP: nodeIP, files: files, assets: assets, dir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "kube-apiserver exited") || !strings.Contains(err.Error(), "no-such-flag") {
 		t.Fatalf("error %v, want kube-apiserver's exit with its log naming the flag", err)
 	}

@@ -63,11 +63,11 @@ func (s *Sim) hostedCluster(endpoint string) (*workload, error) {
 	if err := os.WriteFile(file, kc, 0o600); err != nil {
 		return nil, err
 	}
-	w = &workload{cp: &controlPlane{name: endpoint, endpoint: endpoint, dir: dir, caPEM: cfg.CAData, admin: cfg, kubeconfig: file}}
+	w = &workload{name: endpoint, endpoint: endpoint, dir: dir, caPEM: cfg.CAData, admin: cfg, kubeconfig: file}
 	if w.cs, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
-	if err := s.startKwok(ctx, w, ""); err != nil {
+	if err := s.startKwok(ctx, w, false); err != nil {
 		return nil, err
 	}
 	s.serve(endpoint, w)

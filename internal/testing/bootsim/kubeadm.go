@@ -110,6 +110,9 @@ type Bootstrap struct {
 	// AdvertiseAddress is init's localAPIEndpoint.advertiseAddress, ""
 	// for kubeadm's default (the node's address).
 	AdvertiseAddress string
+	// BindPort is a control-plane machine's localAPIEndpoint.bindPort,
+	// 0 for kubeadm's default (6443).
+	BindPort int32
 }
 
 // NodeSpec is the Node as the kubelet registers it.
@@ -187,7 +190,7 @@ func ParseBootstrap(seed *Seed) (*Bootstrap, error) {
 		reg = ic.NodeRegistration
 		b.Node.ControlPlane = true
 		b.APIServerEndpoint = b.Cluster.ControlPlaneEndpoint
-		b.AdvertiseAddress = ic.LocalAPIEndpoint.AdvertiseAddress
+		b.AdvertiseAddress, b.BindPort = ic.LocalAPIEndpoint.AdvertiseAddress, ic.LocalAPIEndpoint.BindPort
 		if b.APIServerEndpoint == "" {
 			return nil, fmt.Errorf("kubeadm init --config %s: ClusterConfiguration has no controlPlaneEndpoint", cfgPath)
 		}
@@ -201,7 +204,9 @@ func ParseBootstrap(seed *Seed) (*Bootstrap, error) {
 			return nil, fmt.Errorf("kubeadm join --config %s: JoinConfiguration: %w", cfgPath, err)
 		}
 		reg = jc.NodeRegistration
-		b.Node.ControlPlane = jc.ControlPlane != nil
+		if b.Node.ControlPlane = jc.ControlPlane != nil; b.Node.ControlPlane {
+			b.BindPort = jc.ControlPlane.LocalAPIEndpoint.BindPort
+		}
 		bt := jc.Discovery.BootstrapToken
 		if bt == nil || bt.APIServerEndpoint == "" || bt.Token == "" {
 			return nil, fmt.Errorf("kubeadm join --config %s: no discovery.bootstrapToken with token and apiServerEndpoint", cfgPath)

@@ -33,6 +33,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,11 +44,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/labctl/labctl/internal/testing/pvetest"
 	"github.com/labctl/labctl/internal/testing/testbed"
+	"github.com/labctl/labctl/internal/testing/testbed/pki"
+	"github.com/labctl/labctl/internal/testing/testbed/runner"
 	"github.com/labctl/labctl/internal/testing/testbed/upstream"
 )
 
@@ -98,18 +104,42 @@ type Sim struct {
 	done      bool
 }
 
+// workload is one workload cluster the sim serves: a stacked control
+// plane of the VMs it booted, or a hosted one (Kamaji) it found.
 type workload struct {
-	cp    *controlPlane
-	cs    *kubernetes.Clientset
-	init  int // VMID of the kubeadm init machine
-	kwok  *proc
-	ready chan struct{}
+	name       string // the ClusterConfiguration's clusterName
+	endpoint   string // host:port of controlPlaneEndpoint
+	dir        string
+	caPEM      []byte
+	ca         *pki.CA      // the cluster CA (stacked only)
+	admin      *rest.Config // super-admin.conf's client, at the endpoint
+	kubeconfig string       // its file
+	cs         *kubernetes.Clientset
+	// vip holds the endpoint for a stacked control plane; nil for a
+	// hosted one.
+	vip *vip
+
+	mu sync.Mutex
+	// members are the stacked control plane's machines, in join order.
+	members []*controlPlane
+	kwok    *proc
+	// kwokAddr is where kwok serves the kubelet API (stacked only); each
+	// member's kubelet address forwards there.
+	kwokAddr string
+	kwokCfg  []string // kwok's default stages
 }
 
 type machine struct {
 	vmid    int
 	node    string
 	cluster *workload
+	member  *controlPlane // the machine's control plane, nil for a worker
+}
+
+func (w *workload) machines() []*controlPlane {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]*controlPlane(nil), w.members...)
 }
 
 // Start hooks the sim into the fake PVE. It needs the test bed's etcd,
@@ -162,7 +192,7 @@ func (s *Sim) Kubeconfig(endpoint string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w := s.clusters[endpoint]; w != nil {
-		return w.cp.kubeconfig
+		return w.kubeconfig
 	}
 	return ""
 }
@@ -190,18 +220,28 @@ func (s *Sim) stop() {
 	defer s.mu.Unlock()
 	for _, w := range s.clusters {
 		if s.t.Failed() {
-			s.t.Logf("bootsim: workload cluster %s's logs:\n%s", w.cp.name, w.cp.logs())
+			for _, m := range w.machines() {
+				s.t.Logf("bootsim: workload cluster %s, machine %s's logs:\n%s", w.name, m.node, m.logs())
+			}
 		}
 		w.stopAll()
 	}
 }
 
 func (w *workload) stopAll() {
+	if w.vip != nil {
+		w.vip.close()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.kwok != nil {
 		stopProc(w.kwok)
 		w.kwok = nil
 	}
-	w.cp.stop()
+	for _, m := range w.members {
+		m.stop()
+	}
+	w.members = nil
 }
 
 // cloud-init's `cloud-init status` answers (cloudinit/cmd/status.py:
@@ -301,10 +341,20 @@ func (s *Sim) boot(vm pvetest.VM) {
 		s.fail(vm.ID, "%v", err)
 		return
 	}
+	kubelet, err := imageKubelet(vm)
+	if err != nil {
+		s.fail(vm.ID, "%v", err)
+		return
+	}
 	var w *workload
+	var member *controlPlane
 	switch b.Action {
 	case Init:
-		if w, err = s.initCluster(vm.ID, b, ip); err != nil {
+		if err := kubeletSkew(kubelet, b.Cluster.KubernetesVersion); err != nil {
+			s.fail(vm.ID, "kubeadm init: %v", err)
+			return
+		}
+		if w, member, err = s.initCluster(vm.ID, b, ip); err != nil {
 			s.fail(vm.ID, "kubeadm init: %v", err)
 			return
 		}
@@ -313,20 +363,93 @@ func (s *Sim) boot(vm pvetest.VM) {
 			s.fail(vm.ID, "kubeadm join: %v", err)
 			return
 		}
+		cc, err := clusterConfiguration(s.ctx, w)
+		if err != nil {
+			s.fail(vm.ID, "kubeadm join: %v", err)
+			return
+		}
+		if err := kubeletSkew(kubelet, cc.KubernetesVersion); err != nil {
+			s.fail(vm.ID, "kubeadm join: %v", err)
+			return
+		}
+		if b.Node.ControlPlane {
+			if member, err = s.joinControlPlane(vm.ID, w, b, cc, ip); err != nil {
+				s.fail(vm.ID, "kubeadm join --control-plane: %v", err)
+				return
+			}
+		}
 	}
-	if err := s.register(w, b.Node, ip, capacity); err != nil {
+	if err := s.register(w, b.Node, ip, kubelet, member, capacity); err != nil {
 		s.fail(vm.ID, "the kubelet registering Node %s: %v", b.Node.Name, err)
 		return
 	}
 	s.mu.Lock()
-	s.machines[vm.ID] = &machine{vmid: vm.ID, node: b.Node.Name, cluster: w}
+	s.machines[vm.ID] = &machine{vmid: vm.ID, node: b.Node.Name, cluster: w, member: member}
 	s.cloudInit[vm.ID] = cloudInitDone
 	s.mu.Unlock()
-	s.t.Logf("bootsim: VM %d booted: kubeadm %s, Node %s (%s, %s)", vm.ID, b.Action, b.Node.Name, b.Node.ProviderID, ip)
+	s.t.Logf("bootsim: VM %d booted: kubeadm %s, Node %s (%s, %s), kubelet %s", vm.ID, b.Action, b.Node.Name, b.Node.ProviderID, ip, kubelet)
 }
 
-// halt: the guest is gone. Its Node goes; the first control-plane
-// machine's control plane stops with it.
+// imageKubelet is the kubelet version of the image the VM was cloned
+// from. labctl tags each node template with the Kubernetes version
+// image-builder baked into it (config.Image.TemplateTags), and Proxmox
+// copies a template's tags into every clone. A VM without that tag stays
+// unbooted: the sim will not make a version up.
+func imageKubelet(vm pvetest.VM) (string, error) {
+	for _, tag := range vm.Tags() {
+		if v, ok := strings.CutPrefix(tag, "kubernetes-"); ok {
+			if _, err := version.ParseSemantic(v); err == nil {
+				return v, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("its tags %v carry no kubernetes-<version> of its template, so nothing tells which kubelet its image holds", vm.Tags())
+}
+
+// kubeletSkew is kubeadm's KubeletVersionCheck preflight
+// (cmd/kubeadm/app/preflight/checks.go, k8s.io/kubernetes v1.35.4): a
+// kubelet of a newer minor than the control plane is an error, as is one
+// more than three minors older (the version skew policy).
+func kubeletSkew(kubelet, controlPlane string) error {
+	k, err := version.ParseSemantic(kubelet)
+	if err != nil {
+		return fmt.Errorf("kubelet version %q: %w", kubelet, err)
+	}
+	c, err := version.ParseSemantic(controlPlane)
+	if err != nil {
+		return fmt.Errorf("control plane version %q: %w", controlPlane, err)
+	}
+	if k.Major() > c.Major() || k.Minor() > c.Minor() {
+		return fmt.Errorf("the kubelet version is higher than the control plane version. This is not a supported version skew and may lead to a malfunctional cluster. Kubelet version: %q Control plane version: %q", kubelet, controlPlane)
+	}
+	if c.Minor() > k.Minor()+3 {
+		return fmt.Errorf("kubelet %s is more than three minors older than the control plane %s", kubelet, controlPlane)
+	}
+	return nil
+}
+
+// clusterConfiguration is the cluster's ClusterConfiguration as kubeadm
+// join reads it: kube-system/kubeadm-config, which Cluster API's KCP
+// moves to a new kubernetesVersion before it rolls the control plane
+// (controlplane/kubeadm/internal/controllers/update.go, v1.12.10).
+func clusterConfiguration(ctx context.Context, w *workload) (*ClusterConfiguration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cm, err := w.cs.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, "kubeadm-config", metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading kube-system/kubeadm-config: %w", err)
+	}
+	raw := cm.Data["ClusterConfiguration"]
+	cc := &ClusterConfiguration{Raw: raw}
+	if err := yaml.Unmarshal([]byte(raw), cc); err != nil {
+		return nil, fmt.Errorf("kube-system/kubeadm-config's ClusterConfiguration: %w", err)
+	}
+	return cc, nil
+}
+
+// halt: the guest is gone. Its Node goes, and its control-plane
+// processes with it; the cluster stops with its last control-plane
+// machine.
 func (s *Sim) halt(vm pvetest.VM) {
 	s.mu.Lock()
 	m := s.machines[vm.ID]
@@ -341,11 +464,21 @@ func (s *Sim) halt(vm pvetest.VM) {
 	if err := m.cluster.cs.CoreV1().Nodes().Delete(ctx, m.node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		s.t.Logf("bootsim: VM %d halted; deleting its Node %s: %v", vm.ID, m.node, err)
 	}
-	if m.cluster.init == vm.ID {
-		s.mu.Lock()
-		delete(s.clusters, m.cluster.cp.endpoint)
-		s.mu.Unlock()
-		m.cluster.stopAll()
+	if m.member != nil {
+		w := m.cluster
+		m.member.stop()
+		w.mu.Lock()
+		w.members = slices.DeleteFunc(w.members, func(c *controlPlane) bool { return c == m.member })
+		last := len(w.members) == 0
+		w.mu.Unlock()
+		if last {
+			s.mu.Lock()
+			delete(s.clusters, w.endpoint)
+			s.mu.Unlock()
+			w.stopAll()
+		} else if err := s.restartKwok(ctx, w); err != nil {
+			s.t.Logf("bootsim: VM %d halted; restarting kwok without its etcd forward: %v", vm.ID, err)
+		}
 	}
 	s.t.Logf("bootsim: VM %d halted; Node %s removed", vm.ID, m.node)
 }
@@ -379,39 +512,83 @@ func atoiOr(s string, def int) int {
 }
 
 // initCluster is kubeadm init on the first control-plane machine.
-func (s *Sim) initCluster(vmid int, b *Bootstrap, ip net.IP) (*workload, error) {
+func (s *Sim) initCluster(vmid int, b *Bootstrap, ip net.IP) (*workload, *controlPlane, error) {
 	s.mu.Lock()
 	if _, taken := s.clusters[b.APIServerEndpoint]; taken {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("a control plane already serves %s (a second kubeadm init for one endpoint)", b.APIServerEndpoint)
+		return nil, nil, fmt.Errorf("a control plane already serves %s (a second kubeadm init for one endpoint)", b.APIServerEndpoint)
 	}
 	s.mu.Unlock()
 	dir := filepath.Join(s.dir, fmt.Sprintf("vm-%d", vmid))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 3*time.Minute)
 	defer cancel()
-	cp, err := startControlPlane(ctx, s.assets, dir, b, ip)
+	cp, err := startControlPlane(ctx, memberSpec{cluster: b.Cluster, node: b.Node.Name, nodeIP: ip, bindPort: b.BindPort,
+		files: b.Files, assets: s.assets, dir: dir})
+	if err != nil {
+		return nil, nil, err
+	}
+	w := &workload{name: b.Cluster.ClusterName, endpoint: b.Cluster.ControlPlaneEndpoint, dir: filepath.Join(s.dir, "cluster-"+b.Cluster.ClusterName),
+		caPEM: b.Files[pkiDir+"/ca.crt"], kubeconfig: filepath.Join(dir, "super-admin.conf"), members: []*controlPlane{cp}}
+	fail := func(err error) (*workload, *controlPlane, error) {
+		w.stopAll()
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(w.dir, 0o700); err != nil {
+		return fail(err)
+	}
+	if w.ca, err = loadCA(b.Files, "ca"); err != nil {
+		return fail(err)
+	}
+	if w.admin, err = clientcmd.BuildConfigFromFlags("", w.kubeconfig); err != nil {
+		return fail(err)
+	}
+	if w.cs, err = kubernetes.NewForConfig(w.admin); err != nil {
+		return fail(err)
+	}
+	if w.vip, err = startVIP(s.ctx, w.endpoint, w.machines); err != nil {
+		return fail(err)
+	}
+	if err := uploadKubeadmState(ctx, w, b); err != nil {
+		s.t.Logf("bootsim: %s", cp.logs())
+		return fail(err)
+	}
+	if err := s.startKwok(ctx, w, true); err != nil {
+		return fail(err)
+	}
+	s.serve(b.APIServerEndpoint, w)
+	return w, cp, nil
+}
+
+// joinControlPlane is kubeadm join --control-plane on a machine of a
+// stacked control plane: its own etcd member, added to the running
+// cluster, and its own kube-apiserver, kube-controller-manager and
+// kube-scheduler at the version of the cluster's ClusterConfiguration;
+// kwok then forwards its etcd Pod's port too.
+func (s *Sim) joinControlPlane(vmid int, w *workload, b *Bootstrap, cc *ClusterConfiguration, ip net.IP) (*controlPlane, error) {
+	if w.vip == nil {
+		return nil, fmt.Errorf("the control plane at %s is hosted; nothing here joins it as a control-plane machine", w.endpoint)
+	}
+	dir := filepath.Join(s.dir, fmt.Sprintf("vm-%d", vmid))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 4*time.Minute)
+	defer cancel()
+	cp, err := startControlPlane(ctx, memberSpec{cluster: cc, node: b.Node.Name, nodeIP: ip, bindPort: b.BindPort,
+		files: b.Files, assets: s.assets, dir: dir, joinEtcd: etcdJoin(w.cs, filepath.Join(dir, "pki"), b.Node.Name)})
 	if err != nil {
 		return nil, err
 	}
-	w := &workload{cp: cp, init: vmid}
-	if w.cs, err = kubernetes.NewForConfig(cp.admin); err != nil {
-		cp.stop()
+	w.mu.Lock()
+	w.members = append(w.members, cp)
+	w.mu.Unlock()
+	if err := s.restartKwok(ctx, w); err != nil {
 		return nil, err
 	}
-	if err := uploadKubeadmState(ctx, w.cs, b, cp); err != nil {
-		s.t.Logf("bootsim: %s", cp.logs())
-		cp.stop()
-		return nil, err
-	}
-	if err := s.startKwok(ctx, w, b.Node.Name); err != nil {
-		cp.stop()
-		return nil, err
-	}
-	s.serve(b.APIServerEndpoint, w)
-	return w, nil
+	return cp, nil
 }
 
 // serve makes w the cluster whose control plane answers at endpoint,
@@ -444,13 +621,14 @@ func (s *Sim) serve(endpoint string, w *workload) {
 // workload_cluster_conditions.go, v1.12.10). The CoreDNS and kube-proxy
 // addons are not installed: nothing here runs them, and KCP skips their
 // upgrade when they are absent.
-func uploadKubeadmState(ctx context.Context, cs *kubernetes.Clientset, b *Bootstrap, cp *controlPlane) error {
+func uploadKubeadmState(ctx context.Context, w *workload, b *Bootstrap) error {
+	cs := w.cs
 	sys, pub := metav1.NamespaceSystem, metav1.NamespacePublic
 	cms := []*corev1.ConfigMap{
 		{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm-config", Namespace: sys}, Data: map[string]string{"ClusterConfiguration": b.Cluster.Raw}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "kubelet-config", Namespace: sys}, Data: map[string]string{"kubelet": kubeletConfig(b)}},
 	}
-	clusterInfo, err := clusterInfoKubeconfig(cp)
+	clusterInfo, err := clusterInfoKubeconfig(w)
 	if err != nil {
 		return err
 	}
@@ -525,32 +703,43 @@ staticPodPath: /etc/kubernetes/manifests
 
 // clusterInfoKubeconfig is cluster-info's kubeconfig: the CA and the
 // endpoint, no user (clusterinfo.go CreateBootstrapConfigMapIfNotExists).
-func clusterInfoKubeconfig(cp *controlPlane) (string, error) {
+func clusterInfoKubeconfig(w *workload) (string, error) {
 	data, err := yaml.Marshal(map[string]any{
 		"apiVersion": "v1", "kind": "Config", "preferences": map[string]any{},
 		"clusters": []any{map[string]any{"name": "", "cluster": map[string]any{
-			"certificate-authority-data": cp.caPEM, "server": "https://" + cp.endpoint}}},
+			"certificate-authority-data": w.caPEM, "server": "https://" + w.endpoint}}},
 		"contexts": []any{}, "current-context": "", "users": []any{},
 	})
 	return string(data), err
 }
 
 // mirrorPods are the kubelet's mirror Pods of kubeadm's static pods on
-// node (kube-system/<component>-<node>, labels component and tier, the
-// kubernetes.io/config.mirror annotation), for KCP's checks.
-func mirrorPods(node string) []*corev1.Pod {
+// a control-plane machine (kube-system/<component>-<node>, labels
+// component and tier, the kubernetes.io/config.mirror annotation, the
+// images at the machine's version), for KCP's checks; the etcd Pod
+// carries its client URL as kubeadm's manifest does, for kubeadm join.
+func mirrorPods(cp *controlPlane) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, c := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		ann := map[string]string{"kubernetes.io/config.mirror": "bootsim", "kubernetes.io/config.source": "file"}
+		image := "registry.k8s.io/" + c + ":" + cp.version
+		switch c {
+		case "etcd":
+			ann[etcdAdvertiseAnnotation] = "https://" + net.JoinHostPort(cp.nodeIP.String(), "2379")
+			image = "registry.k8s.io/etcd"
+		case "kube-apiserver":
+			ann["kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint"] = cp.apiAddr
+		}
 		out = append(out, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
-				Name: c + "-" + node, Namespace: metav1.NamespaceSystem,
+				Name: c + "-" + cp.node, Namespace: metav1.NamespaceSystem,
 				Labels:      map[string]string{"component": c, "tier": "control-plane"},
-				Annotations: map[string]string{"kubernetes.io/config.mirror": "bootsim", "kubernetes.io/config.source": "file"},
+				Annotations: ann,
 			},
 			Spec: corev1.PodSpec{
-				NodeName: node, HostNetwork: true, PriorityClassName: "system-node-critical",
+				NodeName: cp.node, HostNetwork: true, PriorityClassName: "system-node-critical",
 				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}},
-				Containers:  []corev1.Container{{Name: c, Image: "registry.k8s.io/" + c}},
+				Containers:  []corev1.Container{{Name: c, Image: image}},
 			},
 		})
 	}
@@ -636,7 +825,7 @@ func checkToken(ctx context.Context, w *workload, b *Bootstrap) error {
 // --register-with-taints, providerID, capacity and allocatable, the
 // addresses), marked for kwok; on the first control-plane machine also
 // the static pods' mirror Pods.
-func (s *Sim) register(w *workload, n NodeSpec, ip net.IP, capacity corev1.ResourceList) error {
+func (s *Sim) register(w *workload, n NodeSpec, ip net.IP, kubelet string, member *controlPlane, capacity corev1.ResourceList) error {
 	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 	defer cancel()
 	alloc := capacity.DeepCopy()
@@ -654,15 +843,18 @@ func (s *Sim) register(w *workload, n NodeSpec, ip net.IP, capacity corev1.Resou
 			Capacity: capacity, Allocatable: alloc,
 			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: n.Name}},
 			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: kubeletPort}},
+			// The kubelet reports its own version; kwok's node-initialize
+			// stage keeps what is there.
+			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: kubelet},
 		},
 	}
 	if _, err := w.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	if !n.ControlPlane {
+	if member == nil {
 		return nil
 	}
-	for _, p := range mirrorPods(n.Name) {
+	for _, p := range mirrorPods(member) {
 		if _, err := w.cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("mirror Pod %s: %w", p.Name, err)
 		}
@@ -678,14 +870,9 @@ const kubeletPort = 10250
 // Nodes the sim marks, with kwok's own default stages (node-initialize,
 // node-heartbeat, pod-ready, pod-complete, pod-delete from the module's
 // kustomize/stage, as kwokctl's runtime gives kwok when no stages are
-// configured: pkg/kwokctl/runtime/cluster.go, v0.8.0). kwok also serves
-// the kubelet API on the first control-plane node's address, with a
-// PortForward of the etcd mirror Pod's port 2379 to the etcd the sim
-// runs: the API server's pods/portforward reaches it there, which is how
-// KubeadmControlPlane talks to etcd (controlplane/kubeadm/internal/
-// etcd_client_generator.go, v1.12.10). For a hosted control plane
-// (cpNode "") there is neither: kwok only keeps the workers.
-func (s *Sim) startKwok(ctx context.Context, w *workload, cpNode string) error {
+// configured: pkg/kwokctl/runtime/cluster.go, v0.8.0). For a stacked
+// control plane kwok also serves the kubelet API (restartKwok).
+func (s *Sim) startKwok(ctx context.Context, w *workload, stacked bool) error {
 	root, err := testbed.ModuleRoot()
 	if err != nil {
 		return err
@@ -694,19 +881,48 @@ func (s *Sim) startKwok(ctx context.Context, w *workload, cpNode string) error {
 	if err != nil {
 		return err
 	}
-	var stages []string
 	for _, f := range []string{"node/fast/node-initialize.yaml", "node/heartbeat/node-heartbeat.yaml",
 		"pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml"} {
 		data, err := os.ReadFile(filepath.Join(m.Dir, "kustomize", "stage", filepath.FromSlash(f)))
 		if err != nil {
 			return fmt.Errorf("kwok's default stages: %w", err)
 		}
-		stages = append(stages, strings.TrimSpace(string(data)))
+		w.kwokCfg = append(w.kwokCfg, strings.TrimSpace(string(data)))
 	}
+	if stacked {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		w.kwokAddr = l.Addr().String()
+		_ = l.Close()
+	}
+	return s.restartKwok(ctx, w)
+}
+
+// restartKwok (re)starts kwok with a PortForward of each control-plane
+// machine's etcd Pod port 2379 to that machine's etcd: the API server's
+// pods/portforward reaches kwok through the kubelet address of the
+// machine (each forwards its port 10250 to kwok's server), which is how
+// KubeadmControlPlane talks to etcd (controlplane/kubeadm/internal/
+// etcd_client_generator.go, v1.12.10). kwok reads PortForwards from its
+// config file at start, so a machine that joins or leaves restarts it;
+// the Nodes' heartbeats pause for that second. For a hosted control
+// plane there is neither: kwok only keeps the workers.
+func (s *Sim) restartKwok(ctx context.Context, w *workload) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.kwok != nil {
+		stopProc(w.kwok)
+		w.kwok = nil
+	}
+	stages := slices.Clone(w.kwokCfg)
 	args := []string{"--manage-nodes-with-annotation-selector=" + KwokAnnotation + "=fake"}
-	if cpNode != "" {
-		ip := w.cp.nodeIP.String()
-		stages = append(stages, fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
+	if w.kwokAddr != "" && len(w.members) > 0 {
+		var names []string
+		var ips []net.IP
+		for _, cp := range w.members {
+			stages = append(stages, fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
 kind: PortForward
 metadata:
   name: etcd-%s
@@ -716,26 +932,37 @@ spec:
   - ports: [2379]
     target:
       port: 2379
-      address: %s`, cpNode, ip))
+      address: %s`, cp.node, cp.nodeIP))
+			names, ips = append(names, cp.node), append(ips, cp.nodeIP)
+			if cp.kubelet == nil {
+				l, err := net.Listen("tcp", net.JoinHostPort(cp.nodeIP.String(), fmt.Sprint(kubeletPort)))
+				if err != nil {
+					return fmt.Errorf("the kubelet API of %s: %w", cp.node, err)
+				}
+				cp.kubelet = l
+				addr := w.kwokAddr
+				go runner.Pipe(l, func() (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) })
+			}
+		}
 		// The kubelet's serving certificate (the kubelet makes a
 		// self-signed one; the API server does not check it without
 		// --kubelet-certificate-authority, as kubeadm leaves it).
-		serving, err := w.cp.ca.Serving([]string{cpNode}, []net.IP{w.cp.nodeIP})
+		serving, err := w.ca.Serving(names, ips)
 		if err != nil {
 			return err
 		}
-		base := filepath.Join(w.cp.dir, "pki", "kubelet")
+		base := filepath.Join(w.dir, "kubelet")
 		if err := writePair(base, serving); err != nil {
 			return err
 		}
-		args = append(args, "--node-ip="+ip, fmt.Sprintf("--server-address=%s:%d", ip, kubeletPort),
+		args = append(args, "--node-ip="+w.members[0].nodeIP.String(), "--server-address="+w.kwokAddr,
 			"--tls-cert-file="+base+".crt", "--tls-private-key-file="+base+".key")
 	}
-	cfg := filepath.Join(w.cp.dir, "kwok.yaml")
+	cfg := filepath.Join(w.dir, "kwok.yaml")
 	if err := os.WriteFile(cfg, []byte(strings.Join(stages, "\n---\n")+"\n"), 0o600); err != nil {
 		return err
 	}
-	p, err := startProc(s.assets, w.cp.dir, "kwok", append([]string{"--kubeconfig=" + w.cp.kubeconfig, "--config=" + cfg}, args...)...)
+	p, err := startProc(filepath.Join(s.assets, "kwok"), w.dir, append([]string{"--kubeconfig=" + w.kubeconfig, "--config=" + cfg}, args...)...)
 	if err != nil {
 		return err
 	}
@@ -743,9 +970,9 @@ spec:
 	return nil
 }
 
-func startProc(assets, dir, name string, args ...string) (*proc, error) {
+func startProc(bin, dir string, args ...string) (*proc, error) {
 	cp := &controlPlane{dir: dir}
-	if err := cp.run(assets, name, args...); err != nil {
+	if err := cp.run(bin, args...); err != nil {
 		return nil, err
 	}
 	return cp.procs[0], nil

@@ -29,6 +29,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/labctl/labctl/internal/testing/testbed/upstream"
+	"github.com/labctl/labctl/internal/versions"
 )
 
 // Environment variables the test bed reads.
@@ -392,4 +393,39 @@ func (ev AuditEvent) IsWrite() bool {
 		return true
 	}
 	return false
+}
+
+// PreviousKubernetes is the release before labctl's pin whose control
+// plane the test bed also builds (hack/testenv.sh kv_prev), for the
+// upgrade tests: a workload cluster made at it and upgraded to the pin.
+const PreviousKubernetes = "v1.35.3"
+
+// KubernetesBinaryName is the file of the test bed's name
+// (kube-apiserver, kube-controller-manager, kube-scheduler) at Kubernetes
+// version v: the plain name at labctl's pin, NAME-v for the previous
+// release. Any other version is an error naming the two, so a test never
+// runs one version under another's name.
+func KubernetesBinaryName(v, name string) (string, error) {
+	switch pin := versions.MustGet().Kubernetes; v {
+	case pin:
+		return name, nil
+	case PreviousKubernetes:
+		return name + "-" + v, nil
+	default:
+		return "", fmt.Errorf("the test bed builds %s only at %s (the pin) and %s, not %s", name, pin, PreviousKubernetes, v)
+	}
+}
+
+// KubernetesBinary is the path of KubernetesBinaryName in the assets
+// folder, which must hold it.
+func KubernetesBinary(assets, v, name string) (string, error) {
+	file, err := KubernetesBinaryName(v, name)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(assets, file)
+	if fi, err := os.Stat(path); err != nil || fi.IsDir() {
+		return "", fmt.Errorf("the test bed has no %s at %s (%s); build it with 'hack/testenv.sh %s'", name, v, path, file)
+	}
+	return path, nil
 }

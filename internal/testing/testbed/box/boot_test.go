@@ -56,7 +56,7 @@ import (
 // pod runs on it (kwok). Scaled back to zero, the VM and its Node go.
 func TestLab1MachinesBoot(t *testing.T) {
 	e := bootBox(t, labShape{})
-	fake, lab, sim, b, cl := e.fake, e.lab, e.sim, e.box, e.cl
+	fake, lab, cl := e.fake, e.lab, e.cl
 	r, err := clusterapi.Render(clusterapi.Input{Lab: lab, Cluster: "lab1", Credentials: ownerKeys{}, Pins: versions.MustGet()})
 	if err != nil {
 		t.Fatal(err)
@@ -67,17 +67,7 @@ func TestLab1MachinesBoot(t *testing.T) {
 		t.Fatalf("applying lab1's objects: %v", err)
 	}
 	ns := r.Namespace
-	alive := func() {
-		t.Helper()
-		for name, p := range b.Procs {
-			if exited, err := p.Exited(); exited {
-				t.Fatalf("%s exited: %v", name, err)
-			}
-		}
-		if f := sim.Failures(); len(f) > 0 {
-			t.Fatalf("a VM did not boot: %v", f)
-		}
-	}
+	alive := e.alive(t)
 
 	// The real KCP marks the control plane initialized once it reads
 	// kubeadm-config from the workload cluster.
@@ -374,6 +364,22 @@ func bootBox(t testing.TB, shape labShape) *bootEnv {
 
 	e.startBox(t, shape)
 	return e
+}
+
+// alive fails the test at once when a box process has exited or a VM
+// could not boot: a wait would otherwise run to its timeout.
+func (e *bootEnv) alive(t testing.TB) func() {
+	return func() {
+		t.Helper()
+		for name, p := range e.box.Procs {
+			if exited, err := p.Exited(); exited {
+				t.Fatalf("%s exited: %v", name, err)
+			}
+		}
+		if f := e.sim.Failures(); len(f) > 0 {
+			t.Fatalf("a VM did not boot: %v", f)
+		}
+	}
 }
 
 // startBox starts a management cluster for the lab: a box with the real

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/labctl/labctl/internal/provider/libvirt/release"
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/testing/testbed/upstream"
 	"github.com/labctl/labctl/internal/versions"
 )
@@ -194,6 +195,14 @@ func match(image string, pins versions.Pins, images []Image) (Image, bool) {
 		}
 		if tag == im.Pin(pins) || (tag != "" && tag == upstream.TestbedVersions[im.Module]) {
 			return im, true
+		}
+		// The control plane of the release before the pin, which the test
+		// bed builds too, for a tenant made at it and upgraded.
+		if im.Module == "k8s.io/kubernetes" && tag == testbed.PreviousKubernetes {
+			if file, err := testbed.KubernetesBinaryName(tag, im.Binary); err == nil {
+				im.Binary = file
+				return im, true
+			}
 		}
 	}
 	return Image{}, false

@@ -187,12 +187,12 @@ func (s *sandbox) serve(l net.Listener, dial func() (net.Conn, error)) {
 	s.mu.Lock()
 	s.listeners = append(s.listeners, l)
 	s.mu.Unlock()
-	go forward(l, dial)
+	go Pipe(l, dial)
 }
 
-// forward accepts on l until it is closed, copying each connection both
+// Pipe accepts on l until it is closed, copying each connection both
 // ways to what dial opens; a connection dial cannot serve is dropped.
-func forward(l net.Listener, dial func() (net.Conn, error)) {
+func Pipe(l net.Listener, dial func() (net.Conn, error)) {
 	for {
 		c, err := l.Accept()
 		if err != nil {

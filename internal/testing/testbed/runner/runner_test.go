@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/labctl/labctl/internal/testing/testbed"
 	"github.com/labctl/labctl/internal/versions"
 )
 
@@ -225,5 +226,24 @@ func TestVolumeItemsWaitForTheirKeys(t *testing.T) {
 	got, err := pick(map[string][]byte{"tls.crt": []byte("c")}, items, &optional, "Secret s", "v")
 	if err != nil || len(got) != 1 || string(got["server.pem"]) != "c" {
 		t.Errorf("an optional source: %v, %v", got, err)
+	}
+}
+
+// A tenant's control plane at the release before the pin runs that
+// release's binaries, by their versioned names; any other version is not
+// run under the pin's name.
+func TestControlPlaneImagesOfThePreviousRelease(t *testing.T) {
+	pins := versions.MustGet()
+	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		im, ok := Match("registry.k8s.io/"+name+":"+testbed.PreviousKubernetes, pins)
+		if !ok || im.Binary != name+"-"+testbed.PreviousKubernetes {
+			t.Errorf("%s:%s runs %q (%v), want %s-%s", name, testbed.PreviousKubernetes, im.Binary, ok, name, testbed.PreviousKubernetes)
+		}
+		if im, ok := Match("registry.k8s.io/"+name+":v1.34.0", pins); ok {
+			t.Errorf("%s:v1.34.0 runs %q; the test bed has no such build", name, im.Binary)
+		}
+	}
+	if im, ok := Match("registry.k8s.io/kube-apiserver:"+pins.Kubernetes, pins); !ok || im.Binary != "kube-apiserver" {
+		t.Errorf("kube-apiserver at the pin runs %q (%v)", im.Binary, ok)
 	}
 }

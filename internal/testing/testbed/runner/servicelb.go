@@ -118,7 +118,7 @@ func (r *Runner) forward(key, hostPort string) (*lbForward, error) {
 		r.lbs = map[string]*lbForward{}
 	}
 	r.lbs[key] = f
-	go forward(ln, f.dial)
+	go Pipe(ln, f.dial)
 	return f, nil
 }
 
