@@ -172,6 +172,16 @@ func Labctl(bin string, pins versions.Pins) Image {
 		Addrs: map[string]string{"health-addr": ":9440"}}
 }
 
+// LabctlAt is Labctl for one release of labctl: bin built at version
+// (testbed.LabctlAt) runs the image tagged version only, whatever the test
+// process's own version, so two builds side by side each run the
+// Deployment that names theirs, as a cluster pulls the tag it is given.
+func LabctlAt(bin string, pins versions.Pins, version string) Image {
+	im := Labctl(bin, pins)
+	im.Pin = func(versions.Pins) string { return version }
+	return im
+}
+
 // Match finds the image a container runs: by name, at a version the test
 // bed has a binary for. ok is false for any other image (a sidecar such as
 // kube-rbac-proxy, or another version).
