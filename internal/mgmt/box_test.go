@@ -126,7 +126,7 @@ func TestInstallOnTheBoxThroughTheRealOperator(t *testing.T) {
 	// ... over TLS it verified: the operator made CAPMOX's Deployment
 	// with verification on and the lab's CA mounted where the flag says.
 	checkCAPMOXVerifies(t, b)
-	checkLibvirtProviderRuns(t, b, labctl)
+	checkLibvirtProviderRuns(t, b, labctl, release.DevVersion)
 
 	t.Run("status", func(t *testing.T) {
 		var so out
@@ -183,10 +183,10 @@ const libvirtDeployment = "capl-controller-manager"
 
 // checkLibvirtProviderRuns: the real operator made the libvirt provider's
 // CRDs (served: each kind lists) and its Deployment with labctl's image at
-// labctl's version (versions.yaml's repository), which the runner runs as
-// the labctl binary built from the checkout with the Deployment's args;
-// the provider, leader-elected on its Lease, runs its reconcilers.
-func checkLibvirtProviderRuns(t *testing.T, b *box.Box, labctl string) {
+// version (versions.yaml's repository), which the runner runs as the
+// labctl binary given, built from the checkout, with the Deployment's
+// args; the provider, leader-elected on its Lease, runs its reconcilers.
+func checkLibvirtProviderRuns(t *testing.T, b *box.Box, labctl, version string) {
 	t.Helper()
 	kc := bedFor(b.Env).client
 	for _, kind := range []string{"LibvirtCluster", "LibvirtMachine", "LibvirtMachineTemplate"} {
@@ -207,7 +207,7 @@ func checkLibvirtProviderRuns(t *testing.T, b *box.Box, labctl string) {
 	if err != nil {
 		t.Fatalf("the operator made no libvirt provider Deployment: %v", err)
 	}
-	want := release.Image(versions.MustGet().LibvirtProvider, release.DevVersion)
+	want := release.Image(versions.MustGet().LibvirtProvider, version)
 	if img := d.Spec.Template.Spec.Containers[0].Image; img != want {
 		t.Errorf("the libvirt provider runs image %s, want %s", img, want)
 	}
