@@ -105,10 +105,7 @@ func (t *capmoxTLS) apply(spec map[string]any) {
 			}},
 		}
 		raw, _ := yaml.Marshal(ops) // plain maps: cannot fail
-		spec["patches"] = []any{map[string]any{
-			"target": map[string]any{"group": "apps", "version": "v1", "kind": "Deployment", "name": CAPMOXDeployment},
-			"patch":  string(raw),
-		}}
+		addPatch(spec, map[string]any{"group": "apps", "version": "v1", "kind": "Deployment", "name": CAPMOXDeployment}, string(raw))
 	}
 	spec["deployment"] = map[string]any{"containers": []any{map[string]any{"name": "manager", "args": args}}}
 }

@@ -211,6 +211,9 @@ func (d providerDef) component(offline string) (Component, error) {
 		}
 		t.apply(spec)
 	}
+	if d.ctype == "infrastructure" && d.name == "proxmox" {
+		capmoxTopologyDryRun(spec)
+	}
 	switch {
 	case d.release != nil || offline != "":
 		var cm *unstructured.Unstructured

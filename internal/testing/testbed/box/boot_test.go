@@ -389,9 +389,9 @@ func (e *bootEnv) alive(t testing.TB) func() {
 // hypervisors.
 func (e *bootEnv) startBox(t testing.TB, shape labShape) {
 	t.Helper()
-	env, args := capmoxProcess(t, e.lab, t.TempDir())
+	env, args, spec := capmoxProcess(t, e.lab, t.TempDir())
 	opts := []box.Option{box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox"),
-		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...)}
+		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...), box.WithOperatorSpec("capmox", spec)}
 	if shape.tenantPort != 0 {
 		// What labctl's stack gives the core provider in a lab with
 		// tenants (components: the ClusterTopology gate).

@@ -74,6 +74,7 @@ type options struct {
 	crdsOf    []string
 	env       map[string][]string
 	args      map[string][]string
+	specs     map[string]map[string]any
 	bare      bool
 	audit     bool
 }
@@ -123,6 +124,20 @@ func WithArgs(provider string, args ...string) Option {
 			o.args = map[string][]string{}
 		}
 		o.args[provider] = append(o.args[provider], args...)
+	}
+}
+
+// WithOperatorSpec applies the patches of the Provider CR spec labctl
+// renders for provider to its release's webhook configurations, as the
+// operator applies them to the release it installs: for CAPMOX, the
+// webhook's skip of Cluster API's topology dry runs
+// (components.CAPMOXValidatingWebhooks).
+func WithOperatorSpec(provider string, spec map[string]any) Option {
+	return func(o *options) {
+		if o.specs == nil {
+			o.specs = map[string]map[string]any{}
+		}
+		o.specs[provider] = spec
 	}
 }
 
@@ -210,7 +225,7 @@ func Start(t testing.TB, opts ...Option) *Box {
 		if err != nil {
 			t.Fatalf("box: %v", err)
 		}
-		if s.validating, s.mutating, err = c.Webhooks(); err != nil {
+		if s.validating, s.mutating, err = c.WebhooksAsOperator(o.specs[name]); err != nil {
 			t.Fatalf("box: %v", err)
 		}
 		for _, v := range s.validating {

@@ -121,7 +121,7 @@ func pveLabEdited(t testing.TB, signer, trusted *pki.CA, edits [][2]string, opts
 //
 // Only the flags labctl's Provider CR sets are returned: the box gives
 // the manager its own listeners and kubeconfig (box.capmoxArgs).
-func capmoxProcess(t testing.TB, lab *config.Lab, dir string) (env, args []string) {
+func capmoxProcess(t testing.TB, lab *config.Lab, dir string) (env, args []string, spec map[string]any) {
 	t.Helper()
 	cs, err := components.Build(lab, versions.MustGet(), components.Options{ReadSecret: (*config.Hypervisor).ReadTokenSecret})
 	if err != nil {
@@ -162,7 +162,7 @@ func capmoxProcess(t testing.TB, lab *config.Lab, dir string) (env, args []strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, _, _ := unstructured.NestedMap(cr.Object, "spec")
+	spec, _, _ = unstructured.NestedMap(cr.Object, "spec")
 	d, err := upstream.DeploymentAsOperator(t.Context(), root, "capmox", spec)
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func capmoxProcess(t testing.TB, lab *config.Lab, dir string) (env, args []strin
 	if len(args) != len(ours) {
 		t.Fatalf("CAPMOX's Deployment args %v lack some of the Provider CR's %v", manager, ours)
 	}
-	return env, args
+	return env, args, spec
 }
 
 // managerArgsOf are the args a Provider CR gives the manager container.
@@ -270,7 +270,7 @@ func startCAPMOXBox(t *testing.T) *capmoxBox {
 
 	// Everything CAPMOX knows of the PVE, TLS verification and the CA
 	// included, comes from what labctl rendered.
-	env, args := capmoxProcess(t, lab, t.TempDir())
+	env, args, spec := capmoxProcess(t, lab, t.TempDir())
 	// The lab's tls.caFile asks for verification against its CA: CAPMOX
 	// must be told both (its PROXMOX_INSECURE defaults to "true").
 	if !slices.Contains(args, "--proxmox-insecure=false") || !slices.ContainsFunc(args, func(a string) bool {
@@ -280,7 +280,7 @@ func startCAPMOXBox(t *testing.T) *capmoxBox {
 	}
 	b := box.Start(t,
 		box.WithProviders("cluster-api", "kubeadm-bootstrap", "kubeadm-control-plane", "ipam-in-cluster", "capmox"),
-		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...))
+		box.WithEnv("capmox", env...), box.WithArgs("capmox", args...), box.WithOperatorSpec("capmox", spec))
 	kc := kube.NewForConfig(b.Env.Config, b.Env.Kubeconfig)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -498,7 +498,7 @@ func TestRealCAPMOXRefusesAnotherCA(t *testing.T) {
 	dir := t.TempDir()
 	img := lab.Images[0]
 	fake.AddTemplate("pv1-1", templateID, img.Name, img.TemplateTags()...)
-	env, args := capmoxProcess(t, lab, dir)
+	env, args, _ := capmoxProcess(t, lab, dir)
 
 	// CAPMOX makes its manager (which only reads the kubeconfig) before
 	// its Proxmox client, so no API server is needed to reach the

@@ -72,21 +72,32 @@ func AsOperator(d *unstructured.Unstructured, spec map[string]any) (*appsv1.Depl
 			return nil, fmt.Errorf("AsOperator does not copy containers[].env yet")
 		}
 	}
-	patches, _, _ := unstructured.NestedSlice(spec, "patches")
-	if len(patches) == 0 {
-		return &dep, nil
-	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&dep)
 	if err != nil {
 		return nil, err
 	}
 	u := &unstructured.Unstructured{Object: obj}
 	u.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
+	if err := PatchAsOperator(u, spec); err != nil {
+		return nil, err
+	}
+	var out appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &out); err != nil {
+		return nil, fmt.Errorf("decoding the patched Deployment %s: %w", d.GetName(), err)
+	}
+	return &out, nil
+}
+
+// PatchAsOperator applies a Provider CR spec's patches to u in place, as
+// cluster-api-operator v0.28.0 applies them to each object of a release
+// (AsOperator says how).
+func PatchAsOperator(u *unstructured.Unstructured, spec map[string]any) error {
+	patches, _, _ := unstructured.NestedSlice(spec, "patches")
 	for i, p := range patches {
 		pm, _ := p.(map[string]any)
 		target, _, _ := unstructured.NestedStringMap(pm, "target")
 		if target["labelSelector"] != "" {
-			return nil, fmt.Errorf("patch %d: AsOperator does not copy target.labelSelector", i)
+			return fmt.Errorf("patch %d: AsOperator does not copy target.labelSelector", i)
 		}
 		if !matches(u, target) {
 			continue
@@ -94,34 +105,30 @@ func AsOperator(d *unstructured.Unstructured, spec map[string]any) (*appsv1.Depl
 		body, _ := pm["patch"].(string)
 		raw, err := yaml.YAMLToJSON([]byte(body))
 		if err != nil {
-			return nil, fmt.Errorf("patch %d: %w", i, err)
+			return fmt.Errorf("patch %d: %w", i, err)
 		}
 		doc, err := u.MarshalJSON()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		var ops []json.RawMessage
 		if json.Unmarshal(raw, &ops) == nil {
 			jp, err := jsonpatch.DecodePatch(raw)
 			if err != nil {
-				return nil, fmt.Errorf("patch %d: %w", i, err)
+				return fmt.Errorf("patch %d: %w", i, err)
 			}
 			doc, err = jp.Apply(doc)
 			if err != nil {
-				return nil, fmt.Errorf("patch %d: failed to apply RFC6902 patch: %w", i, err)
+				return fmt.Errorf("patch %d: failed to apply RFC6902 patch: %w", i, err)
 			}
 		} else if doc, err = jsonpatch.MergePatch(doc, raw); err != nil {
-			return nil, fmt.Errorf("patch %d: failed to apply merge patch: %w", i, err)
+			return fmt.Errorf("patch %d: failed to apply merge patch: %w", i, err)
 		}
 		if err := u.UnmarshalJSON(doc); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	var out appsv1.Deployment
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &out); err != nil {
-		return nil, fmt.Errorf("decoding the patched Deployment %s: %w", d.GetName(), err)
-	}
-	return &out, nil
+	return nil
 }
 
 // matches is the operator's matchSelector (internal/patch/matchinfo.go)

@@ -314,9 +314,20 @@ func (c *Components) CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error)
 // Webhooks returns the provider's validating and mutating webhook
 // configurations, typed.
 func (c *Components) Webhooks() ([]*admissionregistrationv1.ValidatingWebhookConfiguration, []*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	return c.WebhooksAsOperator(nil)
+}
+
+// WebhooksAsOperator are Webhooks with a Provider CR spec's patches
+// applied, as the operator applies them to the release
+// (PatchAsOperator); spec may be nil.
+func (c *Components) WebhooksAsOperator(spec map[string]any) ([]*admissionregistrationv1.ValidatingWebhookConfiguration, []*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	var vs []*admissionregistrationv1.ValidatingWebhookConfiguration
 	var ms []*admissionregistrationv1.MutatingWebhookConfiguration
 	for _, o := range c.Kind("ValidatingWebhookConfiguration") {
+		o = o.DeepCopy()
+		if err := PatchAsOperator(o, spec); err != nil {
+			return nil, nil, fmt.Errorf("%s: %s: %w", c.Provider.Name, o.GetName(), err)
+		}
 		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, v); err != nil {
 			return nil, nil, fmt.Errorf("%s: %s: %w", c.Provider.Name, o.GetName(), err)
@@ -324,6 +335,10 @@ func (c *Components) Webhooks() ([]*admissionregistrationv1.ValidatingWebhookCon
 		vs = append(vs, v)
 	}
 	for _, o := range c.Kind("MutatingWebhookConfiguration") {
+		o = o.DeepCopy()
+		if err := PatchAsOperator(o, spec); err != nil {
+			return nil, nil, fmt.Errorf("%s: %s: %w", c.Provider.Name, o.GetName(), err)
+		}
 		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, m); err != nil {
 			return nil, nil, fmt.Errorf("%s: %s: %w", c.Provider.Name, o.GetName(), err)
