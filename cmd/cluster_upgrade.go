@@ -54,6 +54,12 @@ the target and its node is up:
   3. the cluster's cluster-autoscaler, whose minor follows Kubernetes'
   4. Cilium, when its pinned chart version moved
 
+A Kamaji tenant rolls the same way from one change: its Cluster's topology
+version and its pools' machines at the new image. Cluster API upgrades the
+KamajiControlPlane first (Kamaji replaces the API server pods; no VM is
+made), then each pool once; its Cilium and CoreDNS come again through its
+ClusterResourceSet.
+
 Each machine is shown as it is created, runs, and is deleted, with times.
 The autoscaler keeps working throughout. A machine that does not run within
 --timeout stops the roll, naming the Machine and why; labctl deletes
@@ -64,7 +70,8 @@ the cluster first, and finished ones are skipped.
 --dry-run prints the plan and each stage's changes only.`,
 		Example: `  labctl cluster upgrade lab1 --dry-run
   labctl cluster upgrade lab1
-  labctl cluster upgrade lab1 --to v1.35.4 --yes`,
+  labctl cluster upgrade lab1 --to v1.35.4 --yes
+  labctl cluster upgrade tenant1 --dry-run`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: labNames(f, clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {

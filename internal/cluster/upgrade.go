@@ -141,7 +141,10 @@ type upgradeRun struct {
 	r      *clusterapi.Rendered
 	cilium *Cilium
 	report *UpgradeReport
-	cp     *unstructured.Unstructured // the KubeadmControlPlane as it is
+	cp     *unstructured.Unstructured // the KubeadmControlPlane as it is; nil for a tenant
+	// tenant is a Kamaji tenant's Cluster as it is (upgradetenant.go);
+	// nil for a kubeadm cluster.
+	tenant *unstructured.Unstructured
 
 	kubeconfig step.Found[[]byte]
 }
@@ -159,6 +162,13 @@ func newUpgradeRun(ctx context.Context, o UpgradeOptions) (*upgradeRun, error) {
 		return nil, fmt.Errorf("--to: %w", err)
 	}
 	m, ns, name := o.Mgmt, clusterapi.Namespace(o.Name), o.Name
+	cl, found, err := m.Get(ctx, kube.Ref{GVK: clusterapi.ClusterGVK, Namespace: ns, Name: name})
+	if err != nil {
+		return nil, fmt.Errorf("reading cluster %s: %w", name, err)
+	}
+	if found && clusterapi.IsTenant(cl) {
+		return newTenantUpgradeRun(ctx, o, pins, to, cl)
+	}
 	cpName := name + "-control-plane"
 	cp, found, err := m.Get(ctx, kube.Ref{GVK: clusterapi.KubeadmControlPlaneGVK, Namespace: ns, Name: cpName})
 	if err != nil {
@@ -232,7 +242,7 @@ func (u *upgradeRun) preflight(ctx context.Context, pins versions.Pins) error {
 	if rep.From != "" {
 		from, err := version.ParseSemantic(rep.From)
 		if err != nil {
-			return fmt.Errorf("cluster %s: its KubeadmControlPlane asks for %q: %w", o.Name, rep.From, err)
+			return fmt.Errorf("cluster %s: its control plane asks for %q: %w", o.Name, rep.From, err)
 		}
 		switch {
 		case to.LessThan(from):
@@ -289,7 +299,10 @@ func (u *upgradeRun) checkImages(ctx context.Context, lab *config.Lab, c *config
 		t     config.Template
 		hosts []string
 	}
-	uses := []use{{c.Template, []string{c.Hypervisor}}}
+	var uses []use
+	if !c.Kamaji() { // a tenant's control plane is Kamaji's pods, not a VM
+		uses = append(uses, use{c.Template, []string{c.Hypervisor}})
+	}
 	for _, p := range c.Pools {
 		uses = append(uses, use{c.PoolTemplate(p), p.Hypervisors})
 	}
@@ -412,23 +425,55 @@ func (u *upgradeRun) stages(ctx context.Context) error {
 		rep.Stages = append(rep.Stages, RollStage{Name: "pool " + p.Name, Object: "MachineDeployment " + ns + "/" + p.MachineDeployment,
 			From: from, To: rep.To, Machines: ms, Does: does})
 	}
-	if len(u.r.Autoscaler) > 0 {
-		from := ""
-		if dep, found, err := m.Get(ctx, kube.Ref{GVK: kube.DeploymentGVK, Namespace: ns, Name: clusterapi.AutoscalerName}); err == nil && found {
-			from = DeploymentTag(dep)
-		}
-		to := ""
-		for _, o := range u.r.Autoscaler {
-			if o.GetKind() == "Deployment" {
-				to = DeploymentTag(o)
-			}
-		}
-		rep.Stages = append(rep.Stages, RollStage{Name: "autoscaler", Object: "Deployment " + ns + "/" + clusterapi.AutoscalerName, From: from, To: to,
-			Does: "applies the cluster's cluster-autoscaler at the pinned version, whose minor matches the cluster's"})
-	}
+	u.autoscalerStage(ctx)
 	rep.Stages = append(rep.Stages, RollStage{Name: "cilium", Object: u.cilium.String(), To: u.cilium.Release.Chart.Version,
 		Does: "helm upgrade in the workload cluster when its chart version moved"})
 	return nil
+}
+
+// autoscalerStage is the plan's stage of the cluster's autoscaler.
+func (u *upgradeRun) autoscalerStage(ctx context.Context) {
+	if len(u.r.Autoscaler) == 0 {
+		return
+	}
+	ns := u.r.Namespace
+	from := ""
+	if dep, found, err := u.o.Mgmt.Get(ctx, kube.Ref{GVK: kube.DeploymentGVK, Namespace: ns, Name: clusterapi.AutoscalerName}); err == nil && found {
+		from = DeploymentTag(dep)
+	}
+	to := ""
+	for _, o := range u.r.Autoscaler {
+		if o.GetKind() == "Deployment" {
+			to = DeploymentTag(o)
+		}
+	}
+	u.report.Stages = append(u.report.Stages, RollStage{Name: "autoscaler", Object: "Deployment " + ns + "/" + clusterapi.AutoscalerName, From: from, To: to,
+		Does: "applies the cluster's cluster-autoscaler at the pinned version, whose minor matches the cluster's"})
+}
+
+// autoscalerStep applies the cluster's autoscaler and waits until it is
+// available; nil when the cluster has none.
+func (u *upgradeRun) autoscalerStep() *step.Step {
+	r, m := u.r, u.o.Mgmt
+	if len(r.Autoscaler) == 0 {
+		return nil
+	}
+	to := ""
+	for _, st := range u.report.Stages {
+		if st.Name == "autoscaler" {
+			to = st.To
+		}
+	}
+	return &step.Step{
+		Name: "cluster-autoscaler " + to,
+		Plan: func(ctx context.Context) ([]string, error) { return plan(ctx, m, r.Autoscaler) },
+		Apply: func(ctx context.Context) error {
+			if err := apply(ctx, m, r.Autoscaler); err != nil {
+				return err
+			}
+			return m.WaitFor(withProgress(ctx), kube.DeploymentGVK, r.Namespace, []string{clusterapi.AutoscalerName}, kube.DeploymentAvailable(), u.o.timeout())
+		},
+	}
 }
 
 // moves reports whether anything would change (or wait).
@@ -464,6 +509,9 @@ func DeploymentTag(dep *unstructured.Unstructured) string {
 // Cilium. Each stage's Plan reads the cluster, so a re-run after a
 // failure or Ctrl-C skips what is done and waits on what is not.
 func (u *upgradeRun) steps() []step.Step {
+	if u.tenant != nil {
+		return u.tenantSteps()
+	}
 	r, m, to := u.r, u.o.Mgmt, u.report.To
 	cp := r.Find("KubeadmControlPlane", r.ControlPlane)
 	cpObjs := []*unstructured.Unstructured{u.infraTemplate(cp, "spec", "machineTemplate", "spec", "infrastructureRef"), cp}
@@ -503,17 +551,8 @@ func (u *upgradeRun) steps() []step.Step {
 			},
 		})
 	}
-	if len(r.Autoscaler) > 0 {
-		steps = append(steps, step.Step{
-			Name: "cluster-autoscaler " + u.report.Stages[len(u.report.Stages)-2].To,
-			Plan: func(ctx context.Context) ([]string, error) { return plan(ctx, m, r.Autoscaler) },
-			Apply: func(ctx context.Context) error {
-				if err := apply(ctx, m, r.Autoscaler); err != nil {
-					return err
-				}
-				return m.WaitFor(withProgress(ctx), kube.DeploymentGVK, r.Namespace, []string{clusterapi.AutoscalerName}, kube.DeploymentAvailable(), u.o.timeout())
-			},
-		})
+	if a := u.autoscalerStep(); a != nil {
+		steps = append(steps, *a)
 	}
 	steps = append(steps, step.Step{
 		Name: "Cilium " + u.cilium.Release.Chart.Version,
