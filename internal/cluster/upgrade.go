@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/labctl/labctl/internal/clusterapi"
 	"github.com/labctl/labctl/internal/config"
@@ -643,6 +644,9 @@ type machineState struct {
 	version string
 	running bool
 	why     string // what it waits for, from its conditions
+	// proxmox is its ProxmoxMachine, "" for another infrastructure.
+	proxmox  string
+	deleting bool
 }
 
 func (u *upgradeRun) rollState(ctx context.Context, selector string, replicas func(context.Context) (int, error)) (rollState, error) {
@@ -700,9 +704,12 @@ func machineStateOf(mc *unstructured.Unstructured) machineState {
 	node, _, _ := unstructured.NestedString(mc.Object, "status", "nodeRef", "name")
 	kubelet, _, _ := unstructured.NestedString(mc.Object, "status", "nodeInfo", "kubeletVersion")
 	s := machineState{version: v}
+	if kind, _, _ := unstructured.NestedString(mc.Object, "spec", "infrastructureRef", "kind"); kind == clusterapi.ProxmoxMachineGVK.Kind {
+		s.proxmox, _, _ = unstructured.NestedString(mc.Object, "spec", "infrastructureRef", "name")
+	}
 	switch {
 	case mc.GetDeletionTimestamp() != nil:
-		s.why = "deleting"
+		s.why, s.deleting = "deleting", true
 	case phase != "Running" || node == "":
 		s.why = "phase " + orNone(phase) + notTrue(mc)
 	case kubelet != "" && kubelet != v:
@@ -753,6 +760,9 @@ func notTrue(mc *unstructured.Unstructured) string {
 // stops the roll, naming it and why. It watches, in slices of at most
 // rollSlice, so a stuck machine is noticed even when nothing changes.
 func (u *upgradeRun) waitRoll(ctx context.Context, stage, selector string, replicas func(context.Context) (int, error)) error {
+	if err := u.replaceGivenUp(ctx, stage, selector); err != nil {
+		return err
+	}
 	began := time.Now()
 	seen := map[string]machineState{}
 	firstSeen := map[string]time.Time{}
@@ -760,9 +770,24 @@ func (u *upgradeRun) waitRoll(ctx context.Context, stage, selector string, repli
 	var stuck error
 	check := func(machines map[string]machineState) bool {
 		for name, s := range machines {
-			if s.version == u.report.To && !s.running && time.Since(firstSeen[name]) > timeout {
+			if s.version != u.report.To || s.running {
+				continue
+			}
+			if time.Since(firstSeen[name]) > timeout {
 				stuck = fmt.Errorf("Machine %s/%s did not run %s within %s: %s", u.r.Namespace, name, u.report.To, ui.Duration(timeout), strings.TrimPrefix(s.why, "; "))
 				return true
+			}
+			// No point waiting out the timeout for a machine its
+			// provider has given up on (replaceGivenUp), unless it is
+			// already going.
+			if s.proxmox == "" || s.deleting {
+				continue
+			}
+			if pm, found, err := u.o.Mgmt.Get(ctx, kube.Ref{GVK: clusterapi.ProxmoxMachineGVK, Namespace: u.r.Namespace, Name: s.proxmox}); err == nil && found {
+				if why, gaveUp := capmoxGaveUp(pm); gaveUp {
+					stuck = fmt.Errorf("Machine %s/%s cannot run %s: CAPMOX gave up on its VM and never tries again: %s; a re-run replaces the machine once the cause is fixed", u.r.Namespace, name, u.report.To, why)
+					return true
+				}
 			}
 		}
 		return false
@@ -882,4 +907,69 @@ func writeUpgradePlan(s *ui.IO, w io.Writer, rep *UpgradeReport) error {
 		fmt.Fprintf(w, "%s refused: %s\n", st.Failure.Render(ui.SymbolFail), r)
 	}
 	return nil
+}
+
+// replaceGivenUp deletes the stage's machines at the target whose
+// infrastructure provider gave up on them for good, so that their owner
+// (the MachineDeployment, or KCP) makes new ones: a re-run after the
+// cause is fixed then carries on. CAPMOX v0.9.0 marks a ProxmoxMachine
+// whose VM could not be made (its template not found, a clone that
+// failed) VirtualMachineProvisioned False with reason VMProvisionFailed,
+// and from then on skips it (internal/controller/proxmoxmachine_
+// controller.go reconcileNormal, pkg/scope/machine.go HasFailed): it
+// would never run. Such a machine has no node and holds nothing of the
+// old version. Found on the box, where the template came back and the
+// re-run waited forever.
+func (u *upgradeRun) replaceGivenUp(ctx context.Context, stage, selector string) error {
+	m := u.o.Mgmt
+	ms, err := m.List(ctx, clusterapi.MachineGVK, u.r.Namespace, selector)
+	if err != nil {
+		return err
+	}
+	var c client.Client
+	for _, mc := range ms {
+		if v, _, _ := unstructured.NestedString(mc.Object, "spec", "version"); v != u.report.To {
+			continue
+		}
+		if node, _, _ := unstructured.NestedString(mc.Object, "status", "nodeRef", "name"); node != "" {
+			continue
+		}
+		kind, _, _ := unstructured.NestedString(mc.Object, "spec", "infrastructureRef", "kind")
+		name, _, _ := unstructured.NestedString(mc.Object, "spec", "infrastructureRef", "name")
+		if kind != clusterapi.ProxmoxMachineGVK.Kind || name == "" {
+			continue
+		}
+		pm, found, err := m.Get(ctx, kube.Ref{GVK: clusterapi.ProxmoxMachineGVK, Namespace: u.r.Namespace, Name: name})
+		if err != nil || !found {
+			return err
+		}
+		why, gaveUp := capmoxGaveUp(pm)
+		if !gaveUp {
+			continue
+		}
+		if c == nil {
+			if c, err = m.Ctrl(); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(u.o.IO.Err, "  replacing Machine %s/%s of %s: CAPMOX gave up on its VM and never tries again (%s)\n", u.r.Namespace, mc.GetName(), stage, why)
+		if err := client.IgnoreNotFound(c.Delete(ctx, &mc)); err != nil {
+			return fmt.Errorf("replacing Machine %s/%s, which CAPMOX gave up on: %w", u.r.Namespace, mc.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// capmoxGaveUp is CAPMOX v0.9.0's HasFailed: the ProxmoxMachine's
+// VirtualMachineProvisioned condition False with reason VMProvisionFailed.
+func capmoxGaveUp(pm *unstructured.Unstructured) (string, bool) {
+	conds, _, _ := unstructured.NestedSlice(pm.Object, "status", "conditions")
+	for _, c := range conds {
+		cm, _ := c.(map[string]any)
+		if cm["type"] == "VirtualMachineProvisioned" && cm["status"] == "False" && cm["reason"] == "VMProvisionFailed" {
+			msg, _ := cm["message"].(string)
+			return msg, true
+		}
+	}
+	return "", false
 }

@@ -38,3 +38,22 @@ func TestKamajiControlPlaneAtTheTarget(t *testing.T) {
 		}
 	}
 }
+
+// CAPMOX's HasFailed, as labctl reads it: only VirtualMachineProvisioned
+// False with reason VMProvisionFailed means CAPMOX will not try again.
+func TestCAPMOXGaveUp(t *testing.T) {
+	pm := func(status, reason string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"conditions": []any{
+			map[string]any{"type": "Ready", "status": "False", "reason": "VMProvisionFailed"},
+			map[string]any{"type": "VirtualMachineProvisioned", "status": status, "reason": reason, "message": "VM template not found"},
+		}}}}
+	}
+	if why, ok := capmoxGaveUp(pm("False", "VMProvisionFailed")); !ok || why != "VM template not found" {
+		t.Errorf("a failed provisioning: %q, %v", why, ok)
+	}
+	for _, c := range [][2]string{{"False", "WaitingForCloudInit"}, {"True", "VMProvisionFailed"}} {
+		if _, ok := capmoxGaveUp(pm(c[0], c[1])); ok {
+			t.Errorf("condition %s/%s read as given up", c[0], c[1])
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -52,7 +53,9 @@ func etcdJoin(cs kubernetes.Interface, pkiPath, node string) func(ctx context.Co
 		}
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(caPEM)
-		cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
+		// The client's own log would print each refused promotion (the
+		// learner still catching up), which the retry below expects.
+		cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 			TLS: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}})
 		if err != nil {
 			return "", nil, fmt.Errorf("connecting to etcd at %v: %w", endpoints, err)

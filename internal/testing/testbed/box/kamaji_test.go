@@ -112,7 +112,7 @@ func TestKamajiTenantControlPlane(t *testing.T) {
 	})
 	t.Logf("tenant %s/%s: created to cluster-info served in %s", ns, name, time.Since(start).Round(time.Second))
 
-	tenantHasKubeadmState(ctx, t, tenant)
+	tenantHasKubeadmState(ctx, t, tenant, versions.MustGet().Kubernetes)
 
 	// The tenant's control plane: three processes of the runner.
 	tcpProc := b.Runner.Proc(ns, name)
@@ -256,14 +256,14 @@ spec:
 // bootstrap-token), through the admin kubeconfig the provider writes:
 // Kamaji reports the TenantControlPlane Ready from its Deployment alone,
 // even when they failed.
-func tenantHasKubeadmState(ctx context.Context, t testing.TB, tenant kubernetes.Interface) {
+func tenantHasKubeadmState(ctx context.Context, t testing.TB, tenant kubernetes.Interface, version string) {
 	t.Helper()
 	kcfg, err := tenant.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubeadm-config", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("tenant: kubeadm-config: %v", err)
 	}
-	if cc := kcfg.Data["ClusterConfiguration"]; !strings.Contains(cc, "kubernetesVersion: v1.35.4") {
-		t.Errorf("tenant kubeadm-config ClusterConfiguration lacks kubernetesVersion v1.35.4:\n%s", cc)
+	if cc := kcfg.Data["ClusterConfiguration"]; !strings.Contains(cc, "kubernetesVersion: "+version) {
+		t.Errorf("tenant kubeadm-config ClusterConfiguration lacks kubernetesVersion %s:\n%s", version, cc)
 	}
 	for _, crb := range []string{"kubeadm:kubelet-bootstrap", "kubeadm:node-autoapprove-bootstrap", "kubeadm:node-autoapprove-certificate-rotation", "kubeadm:get-nodes"} {
 		if _, err := tenant.RbacV1().ClusterRoleBindings().Get(ctx, crb, metav1.GetOptions{}); err != nil {

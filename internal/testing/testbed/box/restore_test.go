@@ -351,7 +351,7 @@ func applySharedRole(ctx context.Context, t testing.TB, e *bootEnv) {
 
 // workloadClient reaches lab1's workload cluster with Cluster API's
 // kubeconfig Secret.
-func workloadClient(ctx context.Context, t *testing.T, e *bootEnv) kubernetes.Interface {
+func workloadClient(ctx context.Context, t testing.TB, e *bootEnv) kubernetes.Interface {
 	t.Helper()
 	kc, err := cluster.Kubeconfig(ctx, cluster.Options{Mgmt: e.kc, Name: "lab1"})
 	if err != nil {

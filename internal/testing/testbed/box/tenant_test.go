@@ -199,7 +199,7 @@ func checkTenant(ctx context.Context, t *testing.T, e *bootEnv, opts cluster.Opt
 		t.Fatal(err)
 	}
 	ct.wcs = wcs
-	tenantHasKubeadmState(ctx, t, wcs)
+	tenantHasKubeadmState(ctx, t, wcs, c.KubernetesVersion)
 	var pc string
 	waitUntil(ctx, t, 2*time.Minute, name+"'s CoreDNS from its ClusterResourceSet", func() {}, func() (bool, string) {
 		dns, err := wcs.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
