@@ -52,7 +52,7 @@ func TestLab1UpgradeOnTheBox(t *testing.T) { lab1Upgrade(t, true) }
 
 // BenchmarkLab1Upgrade is the upgrade of lab1 (1 control plane, 2
 // workers) on the box, v1.35.3 to v1.35.4, with the time of each machine:
-// run with 'go test -tags provider -run x -bench Lab1Upgrade
+// run with 'go test -tags provider -run '^$' -bench Lab1Upgrade
 // -benchtime 1x ./internal/testing/testbed/box/'.
 func BenchmarkLab1Upgrade(b *testing.B) {
 	for b.Loop() {
