@@ -88,6 +88,8 @@ func TestTestenvOneBuildPerGraphThenWarm(t *testing.T) {
 	}
 	want := []string{
 		"k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl",
+		// The release before the pin, in its own graph, for the upgrade tests.
+		"k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler",
 		"sigs.k8s.io/cluster-api sigs.k8s.io/cluster-api/bootstrap/kubeadm",
 		"sigs.k8s.io/cluster-api/controlplane/kubeadm",
 		"github.com/ionos-cloud/cluster-api-provider-proxmox/cmd",
@@ -109,7 +111,8 @@ func TestTestenvOneBuildPerGraphThenWarm(t *testing.T) {
 		t.Errorf("Kamaji was not built in its fetched source: %s", builds[len(builds)-3])
 	}
 	names := []string{"etcd", "kube-apiserver", "kubectl", "kube-controller-manager", "kube-scheduler", "cluster-api",
-		"kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster", "cluster-api-operator", "kwok", "cluster-autoscaler", "kamaji", "kamaji-provider"}
+		"kubeadm-bootstrap", "kubeadm-control-plane", "capmox", "ipam-in-cluster", "cluster-api-operator", "kwok", "cluster-autoscaler", "kamaji", "kamaji-provider",
+		"kube-apiserver-v1.35.3", "kube-controller-manager-v1.35.3", "kube-scheduler-v1.35.3"}
 	for _, n := range names {
 		if _, err := os.Stat(filepath.Join(bin, n)); err != nil {
 			t.Errorf("%s not built: %v", n, err)
