@@ -386,20 +386,7 @@ func (u *upgradeRun) imageOn(ctx context.Context, lab *config.Lab, img *config.I
 // stages fills the plan's stages from what runs.
 func (u *upgradeRun) stages(ctx context.Context) error {
 	rep, m, ns := u.report, u.o.Mgmt, u.r.Namespace
-	machines := func(selector string) ([]string, error) {
-		ms, err := m.List(ctx, clusterapi.MachineGVK, ns, selector)
-		if err != nil {
-			return nil, err
-		}
-		var out []string
-		for _, mc := range ms {
-			v, _, _ := unstructured.NestedString(mc.Object, "spec", "version")
-			out = append(out, mc.GetName()+" "+v)
-		}
-		sort.Strings(out)
-		return out, nil
-	}
-	cpMachines, err := machines(clusterv1.MachineControlPlaneNameLabel + "=" + u.r.ControlPlane)
+	cpMachines, err := u.machineNames(ctx, clusterv1.MachineControlPlaneNameLabel+"="+u.r.ControlPlane)
 	if err != nil {
 		return err
 	}
@@ -415,7 +402,7 @@ func (u *upgradeRun) stages(ctx context.Context) error {
 		if found {
 			from, _, _ = unstructured.NestedString(md.Object, "spec", "template", "spec", "version")
 		}
-		ms, err := machines(clusterapi.DeploymentNameLabel + "=" + p.MachineDeployment)
+		ms, err := u.machineNames(ctx, clusterapi.DeploymentNameLabel+"="+p.MachineDeployment)
 		if err != nil {
 			return err
 		}
@@ -430,6 +417,22 @@ func (u *upgradeRun) stages(ctx context.Context) error {
 	rep.Stages = append(rep.Stages, RollStage{Name: "cilium", Object: u.cilium.String(), To: u.cilium.Release.Chart.Version,
 		Does: "helm upgrade in the workload cluster when its chart version moved"})
 	return nil
+}
+
+// machineNames are the machines selector picks, as the plan shows them:
+// "name version", sorted.
+func (u *upgradeRun) machineNames(ctx context.Context, selector string) ([]string, error) {
+	ms, err := u.o.Mgmt.List(ctx, clusterapi.MachineGVK, u.r.Namespace, selector)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, mc := range ms {
+		v, _, _ := unstructured.NestedString(mc.Object, "spec", "version")
+		out = append(out, mc.GetName()+" "+v)
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // autoscalerStage is the plan's stage of the cluster's autoscaler.
@@ -778,16 +781,10 @@ func (u *upgradeRun) waitRoll(ctx context.Context, stage, selector string, repli
 				return true
 			}
 			// No point waiting out the timeout for a machine its
-			// provider has given up on (replaceGivenUp), unless it is
-			// already going.
-			if s.proxmox == "" || s.deleting {
-				continue
-			}
-			if pm, found, err := u.o.Mgmt.Get(ctx, kube.Ref{GVK: clusterapi.ProxmoxMachineGVK, Namespace: u.r.Namespace, Name: s.proxmox}); err == nil && found {
-				if why, gaveUp := capmoxGaveUp(pm); gaveUp {
-					stuck = fmt.Errorf("Machine %s/%s cannot run %s: CAPMOX gave up on its VM and never tries again: %s; a re-run replaces the machine once the cause is fixed", u.r.Namespace, name, u.report.To, why)
-					return true
-				}
+			// provider has given up on (replaceGivenUp).
+			if why, gaveUp, err := u.gaveUp(ctx, s); err == nil && gaveUp {
+				stuck = fmt.Errorf("Machine %s/%s cannot run %s: CAPMOX gave up on its VM and never tries again: %s; a re-run replaces the machine once the cause is fixed", u.r.Namespace, name, u.report.To, why)
+				return true
 			}
 		}
 		return false
@@ -928,22 +925,17 @@ func (u *upgradeRun) replaceGivenUp(ctx context.Context, stage, selector string)
 	}
 	var c client.Client
 	for _, mc := range ms {
-		if v, _, _ := unstructured.NestedString(mc.Object, "spec", "version"); v != u.report.To {
+		s := machineStateOf(&mc)
+		if s.version != u.report.To {
 			continue
 		}
 		if node, _, _ := unstructured.NestedString(mc.Object, "status", "nodeRef", "name"); node != "" {
 			continue
 		}
-		kind, _, _ := unstructured.NestedString(mc.Object, "spec", "infrastructureRef", "kind")
-		name, _, _ := unstructured.NestedString(mc.Object, "spec", "infrastructureRef", "name")
-		if kind != clusterapi.ProxmoxMachineGVK.Kind || name == "" {
-			continue
-		}
-		pm, found, err := m.Get(ctx, kube.Ref{GVK: clusterapi.ProxmoxMachineGVK, Namespace: u.r.Namespace, Name: name})
-		if err != nil || !found {
+		why, gaveUp, err := u.gaveUp(ctx, s)
+		if err != nil {
 			return err
 		}
-		why, gaveUp := capmoxGaveUp(pm)
 		if !gaveUp {
 			continue
 		}
@@ -958,6 +950,21 @@ func (u *upgradeRun) replaceGivenUp(ctx context.Context, stage, selector string)
 		}
 	}
 	return nil
+}
+
+// gaveUp reads machine s's ProxmoxMachine: whether CAPMOX has given up
+// on its VM (capmoxGaveUp), and why. A machine on another infrastructure,
+// or already being deleted, is not given up on.
+func (u *upgradeRun) gaveUp(ctx context.Context, s machineState) (string, bool, error) {
+	if s.proxmox == "" || s.deleting {
+		return "", false, nil
+	}
+	pm, found, err := u.o.Mgmt.Get(ctx, kube.Ref{GVK: clusterapi.ProxmoxMachineGVK, Namespace: u.r.Namespace, Name: s.proxmox})
+	if err != nil || !found {
+		return "", false, err
+	}
+	why, gaveUp := capmoxGaveUp(pm)
+	return why, gaveUp, nil
 }
 
 // capmoxGaveUp is CAPMOX v0.9.0's HasFailed: the ProxmoxMachine's

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -99,22 +98,16 @@ func (u *upgradeRun) tenantStages(ctx context.Context) error {
 		From:   rep.From, To: rep.To,
 		Does: "sets the Cluster's topology version and its pools' machines at the new image; Cluster API upgrades the KamajiControlPlane first, and Kamaji replaces the tenant's API server pods (no VM)"})
 	for _, p := range u.r.Pools {
-		ms, err := m.List(ctx, clusterapi.MachineGVK, ns, u.poolSelector(p.Name))
+		names, err := u.machineNames(ctx, u.poolSelector(p.Name))
 		if err != nil {
 			return err
 		}
-		var names []string
 		from := ""
-		for _, mc := range ms {
-			v, _, _ := unstructured.NestedString(mc.Object, "spec", "version")
-			names = append(names, mc.GetName()+" "+v)
-		}
-		sort.Strings(names)
 		if mds, err := m.List(ctx, clusterapi.MachineDeploymentGVK, ns, u.poolSelector(p.Name)); err == nil && len(mds) > 0 {
 			from, _, _ = unstructured.NestedString(mds[0].Object, "spec", "template", "spec", "version")
 		}
 		does := "Cluster API rolls the pool's MachineDeployment once the control plane runs the target, one machine at a time"
-		if len(ms) == 0 {
+		if len(names) == 0 {
 			does = "the pool is at zero, so no VM is made: Cluster API moves its templates once the control plane runs the target, and the next scale-up starts at the new version"
 		}
 		rep.Stages = append(rep.Stages, RollStage{Name: "pool " + p.Name, Object: "MachineDeployment of pool " + p.Name + " (Cluster " + ns + "/" + u.r.Name + "'s topology)",
