@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -52,8 +51,9 @@ type controlPlane struct {
 	apiAddr string // nodeIP:bindPort, where its kube-apiserver listens
 	dir     string
 	// admin is super-admin.conf's client aimed at this machine's own API
-	// server, for its readiness.
-	admin *rest.Config
+	// server, for its readiness and version; made once, as kube-vip's
+	// stand-in asks every half second.
+	admin *kubernetes.Clientset
 	procs []*proc
 	// kubelet is the kubelet API on nodeIP:10250, forwarded to kwok,
 	// which plays every Node's kubelet.
@@ -215,7 +215,11 @@ func startControlPlane(ctx context.Context, m memberSpec) (_ *controlPlane, err 
 			return nil, err
 		}
 	}
-	if cp.admin, err = clientcmd.BuildConfigFromFlags(local, filepath.Join(m.dir, "super-admin.conf")); err != nil {
+	adminCfg, err := clientcmd.BuildConfigFromFlags(local, filepath.Join(m.dir, "super-admin.conf"))
+	if err != nil {
+		return nil, err
+	}
+	if cp.admin, err = kubernetes.NewForConfig(adminCfg); err != nil {
 		return nil, err
 	}
 
@@ -293,11 +297,7 @@ func startControlPlane(ctx context.Context, m memberSpec) (_ *controlPlane, err 
 	}
 	// What runs is the version asked for, by the binary's own word: the
 	// test bed stamps each build as Kubernetes' release build does.
-	cs, err := kubernetes.NewForConfig(cp.admin)
-	if err != nil {
-		return nil, err
-	}
-	v, err := cs.Discovery().ServerVersion()
+	v, err := cp.admin.Discovery().ServerVersion()
 	if err != nil {
 		return nil, fmt.Errorf("the API server's /version: %w", err)
 	}
@@ -407,21 +407,14 @@ func (cp *controlPlane) run(bin string, args ...string) error {
 // ready is one look at the machine's API server's /readyz: ready means it
 // serves, with its etcd member in the cluster.
 func (cp *controlPlane) ready(ctx context.Context) bool {
-	cs, err := kubernetes.NewForConfig(cp.admin)
-	if err != nil {
-		return false
-	}
-	body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	body, err := cp.admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 	return err == nil && string(body) == "ok"
 }
 
 // waitReady waits for the API server's /readyz, failing early when a
 // process exits.
 func (cp *controlPlane) waitReady(ctx context.Context) error {
-	cs, err := kubernetes.NewForConfig(cp.admin)
-	if err != nil {
-		return err
-	}
+	cs := cp.admin
 	deadline := time.Now().Add(2 * time.Minute)
 	var last error
 	for time.Now().Before(deadline) {

@@ -63,7 +63,7 @@ func (s *Sim) hostedCluster(endpoint string) (*workload, error) {
 	if err := os.WriteFile(file, kc, 0o600); err != nil {
 		return nil, err
 	}
-	w = &workload{name: endpoint, endpoint: endpoint, dir: dir, caPEM: cfg.CAData, admin: cfg, kubeconfig: file}
+	w = &workload{name: endpoint, endpoint: endpoint, dir: dir, caPEM: cfg.CAData, kubeconfig: file}
 	if w.cs, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, err
 	}

@@ -46,7 +46,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
@@ -111,10 +110,9 @@ type workload struct {
 	endpoint   string // host:port of controlPlaneEndpoint
 	dir        string
 	caPEM      []byte
-	ca         *pki.CA      // the cluster CA (stacked only)
-	admin      *rest.Config // super-admin.conf's client, at the endpoint
-	kubeconfig string       // its file
-	cs         *kubernetes.Clientset
+	ca         *pki.CA               // the cluster CA (stacked only)
+	kubeconfig string                // super-admin.conf, at the endpoint
+	cs         *kubernetes.Clientset // its client
 	// vip holds the endpoint for a stacked control plane; nil for a
 	// hosted one.
 	vip *vip
@@ -542,10 +540,11 @@ func (s *Sim) initCluster(vmid int, b *Bootstrap, ip net.IP) (*workload, *contro
 	if w.ca, err = loadCA(b.Files, "ca"); err != nil {
 		return fail(err)
 	}
-	if w.admin, err = clientcmd.BuildConfigFromFlags("", w.kubeconfig); err != nil {
+	admin, err := clientcmd.BuildConfigFromFlags("", w.kubeconfig)
+	if err != nil {
 		return fail(err)
 	}
-	if w.cs, err = kubernetes.NewForConfig(w.admin); err != nil {
+	if w.cs, err = kubernetes.NewForConfig(admin); err != nil {
 		return fail(err)
 	}
 	if w.vip, err = startVIP(s.ctx, w.endpoint, w.machines); err != nil {
