@@ -45,6 +45,9 @@ LDFLAGS     := -X $(MODULE)/internal/versions.Version=$(VERSION) \
                -X $(MODULE)/internal/versions.Date=$(DATE)
 BIN         ?= bin/labctl
 TEST_TIMEOUT ?= 45m
+# make test keeps its whole output here, and on a failure ends with what
+# failed (hack/test-summary.sh): CI shows only the end of the output.
+TEST_LOG    ?= .testbed/make-test.log
 # Test binaries run at once. go test's default is one per CPU, and some
 # packages mostly wait (internal/access sleeps out the API server's
 # shortest token TTL, 10 min; the real-VM tests wait on TCG guests), so
@@ -81,7 +84,11 @@ test: ## run every test; builds the test beds first when they are missing
 	else \
 		echo "not root: the real-VM tests will skip (they need libvirtd)"; \
 	fi; \
-	KUBEBUILDER_ASSETS=$$assets $(GO) test -tags provider -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
+	mkdir -p $(dir $(TEST_LOG)); status=0; \
+	KUBEBUILDER_ASSETS=$$assets $(GO) test -tags provider -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./... 2>&1 \
+		| tee $(TEST_LOG) || status=$$?; \
+	if [ $$status -ne 0 ]; then hack/test-summary.sh $(TEST_LOG); fi; \
+	exit $$status
 
 lint: ## fail on unformatted files, then go vet
 	@unformatted=$$(gofmt -l .); \

@@ -186,7 +186,7 @@ func TestRealVMMachineDeployment(t *testing.T) {
 	created := time.Now()
 	// On the way, when the address was bound and the domain defined.
 	var bound, defined time.Time
-	whileUp(t, "the address bound and the domain defined", 5*time.Minute, provider, func() (bool, string) {
+	whileUp(t, "the address bound and the domain defined", realBoot, provider, func() (bool, string) {
 		if bound.IsZero() {
 			var ips ipamv1.IPAddressList
 			if err := c.List(ctx, &ips, client.InNamespace(ns)); err == nil && len(ips.Items) > 0 {
@@ -198,7 +198,7 @@ func TestRealVMMachineDeployment(t *testing.T) {
 		}
 		return !bound.IsZero() && !defined.IsZero(), fmt.Sprintf("bound %v, defined %v", !bound.IsZero(), !defined.IsZero())
 	})
-	lm := bd.provisioned(t, ns, 1, 5*time.Minute, provider)[0]
+	lm := bd.provisioned(t, ns, 1, realBoot, provider)[0]
 	running := time.Now()
 	wantID := v1alpha1.ProviderID("kvm1", string(lm.UID))
 	whileUp(t, "the Machine provisioned with providerID and address", 60*time.Second, provider, func() (bool, string) {
@@ -244,7 +244,7 @@ func TestRealVMMachineDeployment(t *testing.T) {
 
 	// Scale to 2: a second VM, the pool's next address, booted.
 	bd.scale(t, w.md, 2)
-	lms := bd.provisioned(t, ns, 2, 5*time.Minute, provider)
+	lms := bd.provisioned(t, ns, 2, realBoot, provider)
 	var second v1alpha1.LibvirtMachine
 	for _, l := range lms {
 		if l.Name != lm.Name {
@@ -265,7 +265,7 @@ func TestRealVMMachineDeployment(t *testing.T) {
 	if err := c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w.name}}); err != nil {
 		t.Fatal(err)
 	}
-	whileUp(t, "the Cluster gone", 5*time.Minute, provider, func() (bool, string) {
+	whileUp(t, "the Cluster gone", realBoot, provider, func() (bool, string) {
 		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: w.name}, &clusterv1.Cluster{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
