@@ -464,7 +464,14 @@ func (cp *controlPlane) stop() {
 func (cp *controlPlane) logs() string {
 	var b strings.Builder
 	for _, p := range cp.procs {
-		fmt.Fprintf(&b, "--- %s (%s):\n%s\n", p.name, p.log, runner.Tail(p.log, 20))
+		state := "running"
+		select {
+		case err := <-p.done:
+			p.done <- err
+			state = fmt.Sprintf("exited: %v", err)
+		default:
+		}
+		fmt.Fprintf(&b, "--- %s, %s (%s):\n%s\n", p.name, state, p.log, runner.Tail(p.log, 20))
 	}
 	return b.String()
 }

@@ -772,6 +772,9 @@ func (s *Sim) discover(b *Bootstrap) (*workload, error) {
 			}
 		}
 		if time.Now().After(deadline) {
+			if w != nil {
+				last = fmt.Errorf("%w; %s", last, tokenState(s.ctx, w.cs))
+			}
 			return nil, last
 		}
 		select {
@@ -780,6 +783,51 @@ func (s *Sim) discover(b *Bootstrap) (*workload, error) {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// tokenState says what a failed discovery found in the cluster: its
+// bootstrap tokens, which of them cluster-info is signed for, and which
+// kube-controller-manager (whose bootstrapsigner signs) holds the lease.
+func tokenState(ctx context.Context, cs kubernetes.Interface) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var parts []string
+	secrets, err := cs.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(corev1.SecretTypeBootstrapToken)})
+	if err != nil {
+		parts = append(parts, fmt.Sprintf("listing bootstrap tokens: %v", err))
+	} else {
+		var tokens []string
+		for _, sec := range secrets.Items {
+			if sec.Type != corev1.SecretTypeBootstrapToken {
+				continue
+			}
+			tokens = append(tokens, fmt.Sprintf("%s (expiration %s, signing %s, created %s)", sec.Data["token-id"], sec.Data["expiration"],
+				sec.Data["usage-bootstrap-signing"], sec.CreationTimestamp.UTC().Format(time.TimeOnly)))
+		}
+		parts = append(parts, fmt.Sprintf("kube-system's bootstrap tokens: %v", tokens))
+	}
+	if cm, err := cs.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, "cluster-info", metav1.GetOptions{}); err != nil {
+		parts = append(parts, fmt.Sprintf("reading cluster-info: %v", err))
+	} else {
+		var signed []string
+		for k := range cm.Data {
+			if id, ok := strings.CutPrefix(k, "jws-kubeconfig-"); ok {
+				signed = append(signed, id)
+			}
+		}
+		slices.Sort(signed)
+		parts = append(parts, fmt.Sprintf("cluster-info (resourceVersion %s) signed for %v", cm.ResourceVersion, signed))
+	}
+	if l, err := cs.CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, "kube-controller-manager", metav1.GetOptions{}); err != nil {
+		parts = append(parts, fmt.Sprintf("reading the kube-controller-manager lease: %v", err))
+	} else if l.Spec.HolderIdentity != nil {
+		renewed := ""
+		if l.Spec.RenewTime != nil {
+			renewed = l.Spec.RenewTime.UTC().Format(time.TimeOnly)
+		}
+		parts = append(parts, fmt.Sprintf("kube-controller-manager's lease held by %s, renewed %s", *l.Spec.HolderIdentity, renewed))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // checkToken is the join's discovery (tokenDiscovery) and then what the
