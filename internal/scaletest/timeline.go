@@ -81,6 +81,7 @@ func (t *timeline) observeUp(s *state, at time.Time) {
 	if s.mdReplicas > t.baseMD {
 		t.mark(MDScaledUp, at)
 	}
+	unprovisioned := 0
 	for name, m := range s.machines {
 		if t.baseMachines[name] {
 			continue
@@ -88,6 +89,8 @@ func (t *timeline) observeUp(s *state, at time.Time) {
 		t.mark(MachineCreated, at)
 		if m.provisioned {
 			t.mark(MachineProvisioned, at)
+		} else {
+			unprovisioned++
 		}
 	}
 	for name, ready := range s.nodes {
@@ -101,7 +104,10 @@ func (t *timeline) observeUp(s *state, at time.Time) {
 	}
 	if len(s.pods) >= t.want && s.running() >= t.want {
 		t.mark(PodsRunning, at)
-		t.done = true
+		// CAPMOX marks a Machine provisioned only once the guest agent
+		// reports cloud-init done, which can come after its Node runs the
+		// pods: the phase waits for it, so that its timeline is whole.
+		t.done = unprovisioned == 0
 	}
 }
 
@@ -159,6 +165,8 @@ func (t *timeline) stopped(s *state) string {
 	has := func(n string) bool { _, ok := t.at[n]; return ok }
 	if t.up {
 		switch {
+		case has(PodsRunning):
+			return "the inflate pods run, but a new Machine was never marked provisioned: check the infrastructure provider (CAPMOX marks it once the guest agent reports cloud-init done; ProxmoxMachine conditions)"
 		case !has(PodPending) && s.running() < t.want:
 			return "no inflate pod was seen Pending: check the workload cluster's API server and the labctl namespace"
 		case !has(MDScaledUp):

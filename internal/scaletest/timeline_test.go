@@ -1,6 +1,7 @@
 package scaletest
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,45 @@ func TestStoppedSaysWhereScaleUpStalled(t *testing.T) {
 	ms := tl.milestones()
 	if !tl.done || !ms[len(ms)-1].Reached || ms[len(ms)-1].AfterSeconds != 2 || ms[len(ms)-1].StepSeconds != 1 {
 		t.Errorf("done %v, milestones %+v", tl.done, ms)
+	}
+}
+
+// The pods may run before Cluster API marks the new Machine provisioned
+// (CAPMOX waits for cloud-init's status): the phase waits for it, so no
+// milestone is missing, and its time is still the pods'.
+func TestScaleUpWaitsForTheMachineProvisioned(t *testing.T) {
+	start := time.Now()
+	s := newState()
+	tl := newTimeline(true, 1, start, s)
+	s.pods["inflate-1"] = corev1.PodPending
+	tl.observe(s, start.Add(time.Second))
+	s.mdReplicas = 1
+	s.machines["w0"] = machine{}
+	s.nodes["w0"] = true
+	s.pods["inflate-1"] = corev1.PodRunning
+	tl.observe(s, start.Add(20*time.Second))
+	if tl.done {
+		t.Fatal("done while the new Machine is not provisioned")
+	}
+	if got := tl.stopped(s); !strings.Contains(got, "the inflate pods run, but a new Machine was never marked provisioned") {
+		t.Errorf("stopped = %q", got)
+	}
+	s.machines["w0"] = machine{provisioned: true}
+	tl.observe(s, start.Add(25*time.Second))
+	if !tl.done {
+		t.Fatal("not done once the Machine is provisioned")
+	}
+	ms := tl.milestones()
+	for _, m := range ms {
+		if !m.Reached {
+			t.Errorf("milestone %q not reached: %+v", m.Name, ms)
+		}
+	}
+	if last := ms[len(ms)-1]; last.Name != PodsRunning || last.AfterSeconds != 20 {
+		t.Errorf("the last milestone is %+v; want pods Running at +20s", last)
+	}
+	if i := slices.IndexFunc(ms, func(m Milestone) bool { return m.Name == MachineProvisioned }); i < 0 || ms[i].AfterSeconds != 25 {
+		t.Errorf("Machine provisioned: %+v; want at +25s", ms)
 	}
 }
 
