@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -104,7 +106,8 @@ func tokenDiscovery(ctx context.Context, b *Bootstrap) ([]byte, error) {
 	content := cm.Data["kubeconfig"]
 	sig, ok := cm.Data["jws-kubeconfig-"+id]
 	if !ok {
-		return nil, fmt.Errorf("token id %q is invalid for this cluster or it has expired (cluster-info has no jws-kubeconfig-%s: the bootstrapsigner has not signed it)", id, id)
+		return nil, fmt.Errorf("token id %q is invalid for this cluster or it has expired (cluster-info, resourceVersion %s, signed for %v, has no jws-kubeconfig-%s: the bootstrapsigner has not signed it)",
+			id, cm.ResourceVersion, signedFor(cm), id)
 	}
 	if !detachedJWSValid(sig, content, id, secret) {
 		return nil, fmt.Errorf("failed to verify JWS signature of received cluster info object, can't trust this API Server")
@@ -146,4 +149,16 @@ func detachedJWSValid(token, content, id, secret string) bool {
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write([]byte(header + "." + base64.RawURLEncoding.EncodeToString([]byte(content))))
 	return hmac.Equal(mac.Sum(nil), want)
+}
+
+// signedFor is the token ids cluster-info holds a signature for.
+func signedFor(cm *corev1.ConfigMap) []string {
+	var ids []string
+	for k := range cm.Data {
+		if id, ok := strings.CutPrefix(k, "jws-kubeconfig-"); ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }

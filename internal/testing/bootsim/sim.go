@@ -809,14 +809,7 @@ func tokenState(ctx context.Context, cs kubernetes.Interface) string {
 	if cm, err := cs.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, "cluster-info", metav1.GetOptions{}); err != nil {
 		parts = append(parts, fmt.Sprintf("reading cluster-info: %v", err))
 	} else {
-		var signed []string
-		for k := range cm.Data {
-			if id, ok := strings.CutPrefix(k, "jws-kubeconfig-"); ok {
-				signed = append(signed, id)
-			}
-		}
-		slices.Sort(signed)
-		parts = append(parts, fmt.Sprintf("cluster-info (resourceVersion %s) signed for %v", cm.ResourceVersion, signed))
+		parts = append(parts, fmt.Sprintf("cluster-info (resourceVersion %s) signed for %v", cm.ResourceVersion, signedFor(cm)))
 	}
 	if l, err := cs.CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, "kube-controller-manager", metav1.GetOptions{}); err != nil {
 		parts = append(parts, fmt.Sprintf("reading the kube-controller-manager lease: %v", err))
