@@ -774,6 +774,9 @@ func (s *Sim) discover(b *Bootstrap) (*workload, error) {
 		if time.Now().After(deadline) {
 			if w != nil {
 				last = fmt.Errorf("%w; %s", last, tokenState(s.ctx, w.cs))
+				for _, m := range w.machines() {
+					last = fmt.Errorf("%w; machine %s's bootstrapsigner log:\n%s", last, m.node, m.signerLog(10))
+				}
 			}
 			return nil, last
 		}

@@ -1,6 +1,7 @@
 package bootsim
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -41,5 +42,23 @@ func TestTokenStateSaysWhatDiscoveryFound(t *testing.T) {
 	}
 	if strings.Contains(got, "notatoken") {
 		t.Errorf("tokenState lists a Secret that is no bootstrap token:\n%s", got)
+	}
+}
+
+// The failure names the bootstrapsigner's own lines of each machine's
+// kube-controller-manager log, and only those.
+func TestSignerLogIsTheSignersLines(t *testing.T) {
+	log := t.TempDir() + "/kube-controller-manager.log"
+	data := "I1207 20:56:44.1 1 leaderelection.go:272] \"Successfully acquired lease\"\n" +
+		"I1207 20:56:45.2 1 bootstrapsigner.go:162] \"Starting\"\n" +
+		"I1207 20:56:46.3 1 bootstrapsigner.go:260] \"Error updating ConfigMap\" err=\"conflict\"\n"
+	if err := os.WriteFile(log, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cp := &controlPlane{procs: []*proc{{name: "kube-apiserver", log: "/nonexistent"}, {name: "kube-controller-manager-v1.35.3", log: log}}}
+	got := cp.signerLog(10)
+	want := "I1207 20:56:45.2 1 bootstrapsigner.go:162] \"Starting\"\nI1207 20:56:46.3 1 bootstrapsigner.go:260] \"Error updating ConfigMap\" err=\"conflict\""
+	if got != want {
+		t.Errorf("signerLog = %q, want %q", got, want)
 	}
 }
