@@ -67,6 +67,18 @@ type proc struct {
 	done chan error
 }
 
+// exited says whether the process has ended, and how, without waiting;
+// it leaves the result for the next look.
+func (p *proc) exited() (bool, error) {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
 // memberSpec is what a control-plane machine starts from.
 type memberSpec struct {
 	// cluster is the ClusterConfiguration: init's from its config file,
@@ -423,11 +435,8 @@ func (cp *controlPlane) waitReady(ctx context.Context) error {
 	var last error
 	for time.Now().Before(deadline) {
 		for _, p := range cp.procs {
-			select {
-			case err := <-p.done:
-				p.done <- err
+			if exited, err := p.exited(); exited {
 				return fmt.Errorf("%s exited: %v\n%s", p.name, err, runner.Tail(p.log, 30))
-			default:
 			}
 		}
 		var body []byte
@@ -469,11 +478,8 @@ func (cp *controlPlane) logs() string {
 	var b strings.Builder
 	for _, p := range cp.procs {
 		state := "running"
-		select {
-		case err := <-p.done:
-			p.done <- err
+		if exited, err := p.exited(); exited {
 			state = fmt.Sprintf("exited: %v", err)
-		default:
 		}
 		fmt.Fprintf(&b, "--- %s, %s (%s):\n%s\n", p.name, state, p.log, runner.Tail(p.log, 20))
 	}
